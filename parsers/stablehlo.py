@@ -1,0 +1,360 @@
+"""StableHLO (text or bytecode) → common IR, by walking jaxlib's MLIR bindings.
+
+Every op is read through the MLIR Python API: types, attributes and locations are converted into the
+immutable values of `scalify_hlo.ir`. Nothing here knows what an op means; that is `semantics.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from scalify_hlo import _jaxlib
+from scalify_hlo.errors import ParseError, Span
+from scalify_hlo.ir import (
+    EMPTY_ATTRS,
+    UNKNOWN_LOC,
+    Attrs,
+    AttrValue,
+    ChannelHandle,
+    DotDims,
+    Frame,
+    Func,
+    GatherDims,
+    Literal,
+    Module,
+    Op,
+    Opaque,
+    OpaqueType,
+    Region,
+    ScatterDims,
+    SourceLoc,
+    TensorType,
+    TokenType,
+    TupleType,
+    Type,
+    Value,
+)
+
+# Dialect prefixes dropped from opcodes: the common IR speaks StableHLO, and mhlo/chlo ops that the
+# converter or JAX emit keep their own names (`fusion`, `copy`, `top_k`) in the same namespace.
+_PREFIXES = ("stablehlo.", "mhlo.", "chlo.", "func.", "sdy.")
+_TERMINATORS = frozenset({"return", "sdy.return"})
+
+_NP_DTYPES: dict[str, str] = {
+    "f64": "float64", "f32": "float32", "f16": "float16", "i64": "int64", "i32": "int32", "i16": "int16",
+    "i8": "int8", "ui64": "uint64", "ui32": "uint32", "ui16": "uint16", "ui8": "uint8", "i1": "bool",
+}
+
+
+def numpy_dtype(dtype: str) -> np.dtype[Any]:
+    """The NumPy dtype that holds values of an MLIR element type (bf16 and f8 types via ml_dtypes)."""
+    if dtype in _NP_DTYPES:
+        return np.dtype(_NP_DTYPES[dtype])
+    import ml_dtypes
+
+    names = {"bf16": "bfloat16", "f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2"}
+    if dtype in names:
+        return np.dtype(getattr(ml_dtypes, names[dtype]))
+    raise ValueError(f"no NumPy dtype for element type {dtype}")
+
+
+class _Reader:
+    """One module walk; caches locations (MLIR uniques them, so many ops share one)."""
+
+    def __init__(self, path: str, *, name_prefix_sep: str | None = None,
+                 name_lines: dict[str, int] | None = None) -> None:
+        self.path = path
+        self.name_lines = name_lines or {}
+        self.values: dict[Any, Value] = {}
+        self.loc_cache: dict[Any, SourceLoc] = {}
+        self.name_sep = name_prefix_sep
+        d = _jaxlib.dialects()
+        self.ir = _jaxlib.ir()
+        self.shlo, self.mhlo = d["stablehlo"], d["mhlo"]
+        self.counter = 0
+
+    # -- types ---------------------------------------------------------------------------------------
+    def type_of(self, t: Any) -> Type:
+        ir = self.ir
+        if isinstance(t, ir.RankedTensorType):
+            return TensorType(tuple(int(s) for s in t.shape), str(t.element_type))
+        if isinstance(t, ir.TupleType):
+            return TupleType(tuple(self.type_of(t.get_type(i)) for i in range(t.num_types)))
+        text = str(t)
+        if text.endswith(".token"):
+            return TokenType()
+        return OpaqueType(text)
+
+    # -- locations -------------------------------------------------------------------------------------
+    def loc_of(self, loc: Any) -> SourceLoc:
+        cached = self.loc_cache.get(loc)
+        if cached is None:
+            frames: list[Frame] = []
+            names: list[str] = []
+            self._collect(loc, frames, names, None)
+            op_name = names[0] if names else None
+            inst = None
+            if op_name is not None and self.name_sep is not None and self.name_sep in op_name:
+                inst, op_name = op_name.split(self.name_sep, 1)
+                op_name = op_name or None
+            line = self.name_lines.get(inst) if inst is not None else None
+            cached = SourceLoc(tuple(frames), op_name, inst, self.path if line else None, line)
+            self.loc_cache[loc] = cached
+        return cached
+
+    def _collect(self, loc: Any, frames: list[Frame], names: list[str], fn: str | None) -> None:
+        ir = self.ir
+        if isinstance(loc, ir.NameLoc):
+            name = loc.name_str
+            child = loc.child_loc
+            if isinstance(child, ir.FileLineColLoc):
+                # JAX spells a frame as loc("function"("file":line:col)).
+                self._collect(child, frames, names, name)
+            else:
+                names.append(name)
+                self._collect(child, frames, names, fn)
+        elif isinstance(loc, ir.CallSiteLoc):
+            self._collect(loc.callee, frames, names, fn)
+            self._collect(loc.caller, frames, names, fn)
+        elif isinstance(loc, ir.FileLineColLoc):
+            if loc.filename not in ("-", ""):
+                frames.append(Frame(loc.filename, int(loc.start_line), int(loc.start_col), fn))
+        elif isinstance(loc, ir.FusedLoc):
+            for sub in loc.locations:
+                self._collect(sub, frames, names, fn)
+
+    # -- attributes ------------------------------------------------------------------------------------
+    def attr(self, a: Any) -> AttrValue:
+        ir, sh, mh = self.ir, self.shlo, self.mhlo
+        if isinstance(a, ir.BoolAttr):
+            return bool(a.value)
+        if isinstance(a, ir.IntegerAttr):
+            return int(a.value)
+        if isinstance(a, ir.FloatAttr):
+            return float(a.value)
+        if isinstance(a, ir.StringAttr):
+            return str(a.value)
+        if isinstance(a, ir.UnitAttr):
+            return True
+        if isinstance(a, ir.FlatSymbolRefAttr):
+            return str(a.value)
+        if isinstance(a, ir.DenseI64ArrayAttr | ir.DenseI32ArrayAttr | ir.DenseBoolArrayAttr):
+            return tuple(a)
+        if isinstance(a, ir.DenseElementsAttr):
+            return dense_literal(a)
+        if isinstance(a, ir.ArrayAttr):
+            return tuple(self.attr(x) for x in a)
+        if isinstance(a, ir.TypeAttr):
+            return self.type_of(a.value)
+        if isinstance(a, ir.DictAttr):
+            return self.attrs_of(a).items_
+        for mod in (sh, mh):
+            if mod.DotDimensionNumbers.isinstance(a):
+                d = mod.DotDimensionNumbers(a)
+                return DotDims(tuple(d.lhs_batching_dimensions), tuple(d.rhs_batching_dimensions),
+                               tuple(d.lhs_contracting_dimensions), tuple(d.rhs_contracting_dimensions))
+            if mod.GatherDimensionNumbers.isinstance(a):
+                g = mod.GatherDimensionNumbers(a)
+                return GatherDims(tuple(g.offset_dims), tuple(g.collapsed_slice_dims),
+                                  tuple(g.operand_batching_dims), tuple(g.start_indices_batching_dims),
+                                  tuple(g.start_index_map), int(g.index_vector_dim))
+            if mod.ScatterDimensionNumbers.isinstance(a):
+                s = mod.ScatterDimensionNumbers(a)
+                return ScatterDims(tuple(s.update_window_dims), tuple(s.inserted_window_dims),
+                                   tuple(s.input_batching_dims), tuple(s.scatter_indices_batching_dims),
+                                   tuple(s.scattered_dims_to_operand_dims), int(s.index_vector_dim))
+            if mod.ChannelHandle.isinstance(a):
+                c = mod.ChannelHandle(a)
+                return ChannelHandle(int(c.handle), int(c.channel_type))
+            for enum in (mod.ComparisonDirectionAttr, mod.ComparisonTypeAttr, mod.PrecisionAttr,
+                         mod.TransposeAttr, mod.RngAlgorithmAttr):
+                if enum.isinstance(a):
+                    return str(enum(a).value)
+        if mh.FusionKindAttr.isinstance(a):
+            return str(mh.FusionKindAttr(a).value)
+        return Opaque(str(a))
+
+    def attrs_of(self, named: Any) -> Attrs:
+        if len(named) == 0:
+            return EMPTY_ATTRS
+        pairs = []
+        for item in named:  # op attributes iterate as names, dictionary attributes as NamedAttributes
+            if isinstance(item, str):
+                pairs.append((item, self.attr(named[item])))
+            else:
+                pairs.append((item.name, self.attr(item.attr)))
+        return Attrs(tuple(sorted(pairs, key=lambda kv: kv[0])))
+
+    # -- structure -------------------------------------------------------------------------------------
+    def new_value(self, v: Any, name: str) -> Value:
+        out = Value(self.type_of(v.type), name)
+        self.values[v] = out
+        return out
+
+    def region(self, reg: Any) -> Region:
+        blocks = list(reg.blocks)
+        if len(blocks) != 1:
+            raise ParseError(Span(self.path), f"a region with {len(blocks)} blocks; expected exactly one")
+        block = blocks[0]
+        args = tuple(self.new_value(a, f"%arg{i}") for i, a in enumerate(block.arguments))
+        ops: list[Op] = []
+        results: tuple[Value, ...] = ()
+        for mop in block.operations:
+            o = mop.operation
+            opcode = _short(o.name)
+            if opcode in _TERMINATORS or o.name in ("stablehlo.return", "mhlo.return", "sdy.return"):
+                results = tuple(self.values[x] for x in o.operands)
+                continue
+            ops.append(self.op(o, opcode))
+        return Region(args, tuple(ops), results)
+
+    def op(self, o: Any, opcode: str) -> Op:
+        loc = self.loc_of(o.location)
+        operands = tuple(self.values[x] for x in o.operands)
+        regions = tuple(self.region(r) for r in o.regions)
+        results = []
+        for i, r in enumerate(o.results):
+            self.counter += 1
+            base = loc.name or f"%{self.counter}"
+            results.append(self.new_value(r, base if len(o.results) == 1 else f"{base}#{i}"))
+        return Op(opcode, operands, tuple(results), self.attrs_of(o.attributes), regions, loc)
+
+    def func(self, f: Any) -> Func:
+        body = self.region(f.regions[0])
+        attrs = f.attributes
+        arg_attrs = _per_index(self, attrs, "arg_attrs", len(body.args))
+        res_attrs = _per_index(self, attrs, "res_attrs", len(body.results))
+        arg_locs = tuple(
+            self.loc_of(a.location) if hasattr(a, "location") else UNKNOWN_LOC
+            for a in f.regions[0].blocks[0].arguments
+        )
+        return Func(str(self.ir.StringAttr(attrs["sym_name"]).value), body, arg_attrs, res_attrs, arg_locs)
+
+
+def _per_index(reader: _Reader, attrs: Any, key: str, n: int) -> tuple[Attrs, ...]:
+    if key not in attrs:
+        return tuple(EMPTY_ATTRS for _ in range(n))
+    return tuple(reader.attrs_of(d) for d in reader.ir.ArrayAttr(attrs[key]))
+
+
+def _short(name: str) -> str:
+    for p in _PREFIXES:
+        if name.startswith(p):
+            return name[len(p):]
+    return name
+
+
+def dense_literal(a: Any) -> Literal:
+    """A DenseElementsAttr as an immutable array (via the buffer protocol, or its printed form for bf16)."""
+    t = a.type
+    dtype = str(t.element_type)
+    shape = tuple(int(s) for s in t.shape)
+    try:
+        if a.is_splat:
+            v = a.get_splat_value()
+            scalar = np.array(_scalar(v), dtype=_holder(dtype))
+            return Literal(np.broadcast_to(scalar, shape).copy(), dtype)
+        return Literal(np.array(a).astype(_holder(dtype), copy=False).reshape(shape), dtype)
+    except (TypeError, ValueError, RuntimeError):
+        return Literal(_from_text(str(a), dtype, shape), dtype)
+
+
+def _holder(dtype: str) -> np.dtype[Any]:
+    try:
+        nd = numpy_dtype(dtype)
+    except ValueError:
+        return np.dtype("float64")
+    # Low-precision floats are held as float32: the interpreter rounds on convert, not on storage.
+    return np.dtype("float32") if nd.kind == "V" or nd.itemsize < 4 and nd.kind == "f" else nd
+
+
+def _scalar(v: Any) -> Any:
+    ir = _jaxlib.ir()
+    if isinstance(v, ir.BoolAttr):
+        return bool(v.value)
+    if isinstance(v, ir.IntegerAttr):
+        return int(v.value)
+    if isinstance(v, ir.FloatAttr):
+        return float(v.value)
+    raise TypeError(f"unsupported splat element {v}")
+
+
+_TOKEN = re.compile(r"0x[0-9A-Fa-f]+|true|false|[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan)")
+
+
+def _from_text(text: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Decode MLIR's printed dense literal (only for element types NumPy cannot take a buffer of).
+
+    The printed nesting is the shape in row-major order, so the element tokens alone suffice.
+    """
+    body = text[text.index("<") + 1: text.rindex(">")]
+    holder = _holder(dtype)
+    width = {"bf16": 2, "f16": 2, "f8E4M3FN": 1, "f8E5M2": 1}.get(dtype, 4)
+    if body.startswith('"0x'):
+        bits = np.frombuffer(bytes.fromhex(body[3:-1]), dtype=f"<u{width}")
+        return bits.view(numpy_dtype(dtype)).astype(holder).reshape(shape)
+    values: list[float] = []
+    for tok in _TOKEN.findall(body):
+        if tok.startswith("0x"):  # a bit pattern: how MLIR prints non-finite floats
+            values.append(float(np.array([int(tok, 16)], dtype=f"<u{width}").view(numpy_dtype(dtype))[0]))
+        else:
+            values.append(float(tok == "true") if tok in ("true", "false") else float(tok))
+    return np.broadcast_to(np.array(values, dtype=holder), shape).copy()
+
+
+def read_mlir_module(mod: Any, path: str, kind: str = "stablehlo", name_sep: str | None = None,
+                     name_lines: dict[str, int] | None = None) -> Module:
+    """Walk a parsed `ir.Module` into the common IR."""
+    reader = _Reader(path, name_prefix_sep=name_sep, name_lines=name_lines)
+    ir = reader.ir
+    funcs: dict[str, Func] = {}
+    meshes: list[tuple[str, str]] = []
+    entry = None
+    for top in mod.body.operations:
+        o = top.operation
+        if o.name == "func.func":
+            f = reader.func(o)
+            funcs[f.name] = f
+            vis = o.attributes["sym_visibility"] if "sym_visibility" in o.attributes else None
+            if f.name == "main" or (entry is None and vis is not None and str(vis) == '"public"'):
+                entry = f.name
+        elif o.name == "sdy.mesh":
+            name = str(ir.StringAttr(o.attributes["sym_name"]).value)
+            meshes.append((name, str(o.attributes["mesh"])))
+    if not funcs:
+        raise ParseError(Span(path), "no func.func in the module; expected a StableHLO module with a @main")
+    if entry is None:
+        entry = "main" if "main" in funcs else next(iter(funcs))
+    op = mod.operation
+    name_attr = op.attributes["sym_name"] if "sym_name" in op.attributes else None
+    name = str(ir.StringAttr(name_attr).value) if name_attr is not None else "module"
+    return Module(name, entry, funcs, path, kind, reader.attrs_of(op.attributes), tuple(meshes))
+
+
+def _diagnostic(err: Any, path: str, text: str | None) -> ParseError:
+    diags = getattr(err, "error_diagnostics", None) or []
+    line = col = None
+    message = str(err).strip().splitlines()[-1] if str(err).strip() else "cannot parse"
+    if diags:
+        d = diags[0]
+        message = d.message
+        m = re.search(r":(\d+):(\d+)", str(d.location))
+        if m:
+            line, col = int(m.group(1)), int(m.group(2))
+    src = text.splitlines()[line - 1] if text is not None and line and line <= len(text.splitlines()) else None
+    return ParseError(Span(path, line, col, src), f"not valid StableHLO/MLIR: {message}")
+
+
+def parse_mlir(data: str | bytes, path: str, *, kind: str = "stablehlo", name_sep: str | None = None,
+               name_lines: dict[str, int] | None = None) -> Module:
+    """Parse StableHLO text or bytecode with jaxlib's MLIR bindings, then walk it."""
+    ir = _jaxlib.ir()
+    with _jaxlib.make_context():
+        try:
+            mod = ir.Module.parse(data)
+        except Exception as err:  # MLIRError and friends: a diagnostic with a location
+            raise _diagnostic(err, path, data if isinstance(data, str) else None) from None
+        return read_mlir_module(mod, path, kind, name_sep, name_lines)
