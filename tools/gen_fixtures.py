@@ -1,0 +1,915 @@
+#!/usr/bin/env python
+"""Generate the before/after fixture pairs under ``tests/fixtures/`` from real JAX programs.
+
+    python tools/gen_fixtures.py [--only NAME ...] [--list]
+
+Each fixture directory holds
+- ``before.mlir``   the single-device reference, ``jax.jit(ref).lower(...).as_text(debug_info=True)``
+                    (with in/out shardings, hence ``sdy.sharding`` or ``mhlo.sharding``, for partitioned pairs);
+- ``after.hlo``     the per-device HLO after SPMD partitioning (XLA dump), or ``compiled.as_text()``, or a
+                    mutated copy of a correct ``after.hlo``; or ``after.mlir``: a shard_map implementation;
+- ``expected.json`` verdict, expected bug line, after kind, mesh, generator and JAX version;
+- ``oracle.npz``    the seeded inputs ``in_i``, XLA's ``before_out_i`` and ``after_out_i`` (the after program
+                    run by XLA on 8 fake CPU devices and gathered to global arrays).
+
+The programs live in ``tools/programs/``; bug lines carry a ``# BUG: <what>`` marker and are located from it.
+Everything is deterministic: re-running reproduces the same bytes. No machine paths land in any file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import glob
+import importlib
+import inspect
+import io
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import zipfile
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+# Must precede the first `import jax`: 8 fake CPU devices.
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLS = REPO / "tools"
+if str(TOOLS) not in sys.path:
+    sys.path.insert(0, str(TOOLS))
+
+from programs import llama, loss_dp, megatron, rmsnorm, rope_sp, vocab_softmax  # noqa: E402
+
+
+def _exclude_generator_frames() -> None:
+    """Keep this script's own frames out of every recorded location / stack frame: the fixtures then name
+    only ``tools/programs/*`` lines and do not change when the generator is edited or run with --only."""
+    from jax._src import source_info_util  # private; the only knob JAX has for this
+
+    for path in {__file__, str(Path(__file__).resolve())}:
+        source_info_util.register_exclusion(path)
+
+
+_exclude_generator_frames()
+
+FIXTURES = REPO / "tests" / "fixtures"
+GENERATOR = "tools/gen_fixtures.py"
+JAX_VERSION = jax.__version__
+FORBIDDEN = ("/work/", "/root/", "/tmp/", "/home/", "site-packages")
+MAX_FILE_BYTES = 200_000
+RTOL, ATOL = 1e-4, 1e-5
+N_DEVICES = 8
+
+
+# =============================================================================================== helpers
+
+
+def xla_hlo() -> Any:
+    """jaxlib's private HLO bindings (XLA's HLO text parser); no public spelling exists."""
+    return importlib.import_module("jaxlib._hlo")
+
+
+def make_mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> jax.sharding.Mesh:
+    # jax 0.10's make_mesh defaults to Explicit axes (sharding in types); GSPMD/Shardy-style programs and
+    # with_sharding_constraint want Auto axes.
+    mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names))
+    ids = [d.id for d in mesh.devices.flat]
+    assert ids == list(range(N_DEVICES)), f"mesh device order {ids} is not 0..7"
+    return mesh
+
+
+def mesh_dict(mesh: jax.sharding.Mesh) -> dict[str, int]:
+    return {str(k): int(v) for k, v in mesh.shape.items()}
+
+
+def rng_for(name: str) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+def sds(args: Any, shardings: Any = None) -> Any:
+    """ShapeDtypeStructs of a pytree of arrays (with matching NamedShardings when given)."""
+    if shardings is None:
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), args, shardings)
+
+
+def named(mesh: jax.sharding.Mesh, specs: Any) -> Any:
+    return jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda x: isinstance(x, P))
+
+
+def leaves_with_names(args: Sequence[Any], argnames: Sequence[str]) -> tuple[list[np.ndarray], list[str]]:
+    arrays, names = [], []
+    for arg, argname in zip(args, argnames, strict=True):
+        for path, leaf in jax.tree_util.tree_flatten_with_path(arg)[0]:
+            arrays.append(np.asarray(leaf))
+            names.append(argname + jax.tree_util.keystr(path))
+    return arrays, names
+
+
+def to_numpy_list(out: Any) -> list[np.ndarray]:
+    return [np.asarray(x) for x in jax.tree.leaves(out)]
+
+
+def bug_of(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The ``# BUG: <what>`` line inside ``fn``'s source: repo-relative file, 1-based line, what."""
+    fn = inspect.unwrap(fn)
+    lines, start = inspect.getsourcelines(fn)
+    hits = [(start + i, ln) for i, ln in enumerate(lines) if "# BUG:" in ln]
+    assert len(hits) == 1, f"{fn.__qualname__}: expected exactly one '# BUG:' line, found {len(hits)}"
+    line, text = hits[0]
+    path = Path(inspect.getsourcefile(fn) or "").resolve().relative_to(REPO).as_posix()
+    return {"file": path, "line": line, "what": text.split("# BUG:", 1)[1].strip()}
+
+
+def sanitize(text: str) -> str:
+    """Repo-relative paths everywhere; fail loudly if any other machine path survives."""
+    text = text.replace(str(REPO) + "/", "")
+    bad = [f for f in FORBIDDEN if f in text]
+    assert not bad, f"machine path(s) {bad} left in generated text"
+    # Any other absolute file path inside a quoted location / FileNames entry is a leak too.
+    abs_paths = re.findall(r'"(/[^"\s]*\.py)"', text)
+    assert not abs_paths, f"absolute paths left: {sorted(set(abs_paths))[:5]}"
+    return text
+
+
+def header(kind: str, description: str) -> str:
+    assert kind in ("mlir", "hlo")
+    return f"// generated by {GENERATOR} (jax {JAX_VERSION}): {description}\n"
+
+
+def allclose(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(
+        x.shape == y.shape and np.allclose(x, y, rtol=RTOL, atol=ATOL) for x, y in zip(a, b, strict=True)
+    )
+
+
+def max_abs_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(a, b, strict=True))
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """np.savez_compressed, but byte-for-byte deterministic (fixed zip timestamps, sorted members)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for key in arrays:  # insertion order: in_*, before_out_*, after_out_*
+            info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            arr_buf = io.BytesIO()
+            np.lib.format.write_array(arr_buf, np.ascontiguousarray(arrays[key]), allow_pickle=False)
+            zf.writestr(info, arr_buf.getvalue(), compresslevel=9)
+    path.write_bytes(buf.getvalue())
+
+
+# ------------------------------------------------------------------------------ XLA dumps and running HLO
+
+
+def compile_with_spmd_dump(lowered: Any) -> tuple[Any, str]:
+    """Compile ``lowered`` and return (compiled, the HLO text of its module after SPMD partitioning)."""
+    d = tempfile.mkdtemp(prefix="scalify_dump_")
+    try:
+        compiled = lowered.compile(
+            compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning"}
+        )
+        module_name = re.search(r"^module @(\S+)", lowered.as_text(), re.M)
+        assert module_name, "no module name in the lowered text"
+        pattern = os.path.join(d, f"*.{module_name.group(1)}.*after_spmd-partitioning*.txt")
+        files = sorted(glob.glob(pattern))
+        assert len(files) == 1, f"expected one after_spmd-partitioning dump for {module_name.group(1)}, got {files}"
+        return compiled, Path(files[0]).read_text()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+_MESH_GROUPS_RE = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+
+
+def _explicit_mesh_groups(hlo_text: str) -> str:
+    """Rewrite ``replica_groups=mesh['a'=2,'b'=4] {'b'}`` into explicit ``{{0,1,2,3},{4,5,6,7}}``.
+
+    Needed only to *run* such modules: jax 0.10.2's HLO→StableHLO converter keeps them as
+    ``#stablehlo.replica_group_mesh_axes<mesh = @mesh_k>`` with one ``sdy.mesh`` per distinct mesh, but when a
+    module has two different meshes, compiling that StableHLO resolves every ``@mesh`` reference to the
+    last mesh (wrong groups, wrong results). The committed fixtures keep XLA's own spelling."""
+
+    def groups(m: re.Match[str]) -> str:
+        axes = re.findall(r"'([^']+)'=(\d+)", m.group(1))
+        assert ",".join(f"'{a}'={n}" for a, n in axes) == m.group(1).replace(" ", ""), m.group(0)
+        names = [a for a, _ in axes]
+        sizes = [int(n) for _, n in axes]
+        picked = re.findall(r"'([^']+)'", m.group(2))
+        assert picked and all(p in names for p in picked), f"unsupported mesh replica groups {m.group(0)}"
+        ids = np.arange(int(np.prod(sizes))).reshape(sizes)
+        keep = [names.index(p) for p in picked]
+        rest = [i for i in range(len(names)) if i not in keep]
+        rows = ids.transpose(rest + keep).reshape(-1, int(np.prod([sizes[i] for i in keep])))
+        return "replica_groups={" + ",".join("{" + ",".join(map(str, r)) + "}" for r in rows) + "}"
+
+    return _MESH_GROUPS_RE.sub(groups, hlo_text)
+
+
+def _manual_stablehlo(hlo_text: str) -> str:
+    """HLO text of a partitioned (per-device) module → StableHLO whose entry params/results are {manual},
+    so that XLA compiles it for 8 partitions without partitioning it again."""
+    from jax._src.interpreters import mlir as jax_mlir
+    from jax.extend.mlir import hlo_to_stablehlo, ir
+    module = xla_hlo().hlo_module_from_text(_explicit_mesh_groups(hlo_text))
+    mlir_bytes = hlo_to_stablehlo(module.as_serialized_hlo_module_proto())
+    with jax_mlir.make_ir_context():
+        mod = ir.Module.parse(mlir_bytes)
+        mains = [op for op in mod.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == "main"]
+        assert len(mains) == 1
+        main = mains[0]
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        manual = ir.DictAttr.get({"mhlo.sharding": ir.StringAttr.get("{manual}")})
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get([manual] * len(ftype.inputs))
+        main.attributes["res_attrs"] = ir.ArrayAttr.get([manual] * len(ftype.results))
+        i32 = ir.IntegerType.get_signless(32)
+        mod.operation.attributes["mhlo.num_partitions"] = ir.IntegerAttr.get(i32, N_DEVICES)
+        mod.operation.attributes["mhlo.num_replicas"] = ir.IntegerAttr.get(i32, 1)
+        return str(mod)
+
+
+def run_partitioned_hlo(hlo_text: str, inputs: Sequence[np.ndarray], in_shardings: Sequence[Any],
+                        out_shardings: Sequence[Any], out_shapes: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
+    """Run a per-device (after SPMD partitioning) HLO module on the 8 fake devices; gather the outputs."""
+    from jax._src.lib import xla_client as xc
+
+    options = xc.CompileOptions()
+    build = options.executable_build_options
+    build.num_partitions = N_DEVICES
+    build.num_replicas = 1
+    build.use_spmd_partitioning = True
+    build.device_assignment = xc.DeviceAssignment.create(np.arange(N_DEVICES).reshape(1, N_DEVICES))
+    devices = jax.devices()[:N_DEVICES]
+    client = devices[0].client
+    exe = client.compile_and_load(_manual_stablehlo(hlo_text), xc.DeviceList(tuple(devices)), options)
+    args = [jax.device_put(x, s) for x, s in zip(inputs, in_shardings, strict=True)]
+    results = exe.execute_sharded(args).disassemble_into_single_device_arrays()
+    outs = []
+    for shards, sharding, shape in zip(results, out_shardings, out_shapes, strict=True):
+        outs.append(np.asarray(jax.make_array_from_single_device_arrays(tuple(shape), sharding, shards)))
+    return outs
+
+
+# ------------------------------------------------------------------------------- HLO text inspection
+
+
+_INSTR_RE = re.compile(r"^\s*(?:ROOT\s+)?(%[\w.\-]+)\s*=\s*(.*)$")
+
+
+def hlo_instruction_line(text: str, name: str) -> tuple[int, str]:
+    lines = text.split("\n")
+    hits = [(i, ln) for i, ln in enumerate(lines) if (m := _INSTR_RE.match(ln)) and m.group(1) == name]
+    assert len(hits) == 1, f"instruction {name}: {len(hits)} definitions"
+    return hits[0]
+
+
+def hlo_source_of(text: str, name: str) -> tuple[str, int, str] | None:
+    """(file, line, function) of an instruction's metadata (innermost stack frame or source_file/line)."""
+    _, line = hlo_instruction_line(text, name)
+    md = re.search(r"metadata=\{([^}]*)\}", line)
+    if not md:
+        return None
+    meta = md.group(1)
+    sf = re.search(r'source_file="([^"]*)"\s+source_line=(\d+)', meta)
+    if sf:
+        return sf.group(1), int(sf.group(2)), ""
+    fid = re.search(r"stack_frame_id=(\d+)", meta)
+    if not fid:
+        return None
+
+    def section(title: str) -> str:
+        m = re.search(rf"^{title}\n(.*?)(?:\n\n|\Z)", text, re.S | re.M)
+        assert m, f"no {title} section"
+        return m.group(1)
+
+    files = dict(re.findall(r'^(\d+) "([^"]*)"', section("FileNames"), re.M))
+    funcs = dict(re.findall(r'^(\d+) "([^"]*)"', section("FunctionNames"), re.M))
+    locs = {
+        k: (f, fn, int(ln))
+        for k, f, fn, ln in re.findall(
+            r"^(\d+) \{file_name_id=(\d+) function_name_id=(\d+) line=(\d+)", section("FileLocations"), re.M
+        )
+    }
+    frames = dict(re.findall(r"^(\d+) \{file_location_id=(\d+)", section("StackFrames"), re.M))
+    f, fn, ln = locs[frames[fid.group(1)]]
+    return files[f], ln, funcs[fn]
+
+
+def hlo_users(text: str, name: str) -> list[str]:
+    users = []
+    for ln in text.split("\n"):
+        m = _INSTR_RE.match(ln)
+        if m and m.group(1) != name and re.search(re.escape(name) + r"(?![\w.\-])", m.group(2)):
+            users.append(m.group(1))
+    return users
+
+
+def hlo_instructions(text: str, opcode: str) -> list[str]:
+    out = []
+    for ln in text.split("\n"):
+        m = _INSTR_RE.match(ln)
+        if m and re.match(r"\S+(?:\{[^}]*\})?\s+" + re.escape(opcode) + r"\(", m.group(2)):
+            out.append(m.group(1))
+    return out
+
+
+def replace_line(text: str, index: int, new_line: str) -> str:
+    lines = text.split("\n")
+    lines[index] = new_line
+    return "\n".join(lines)
+
+
+# =============================================================================================== fixtures
+
+
+@dataclasses.dataclass
+class Built:
+    name: str
+    description: str
+    verdict: str
+    after_kind: str  # spmd_hlo | compiled_hlo | shard_map_mlir | mutated_hlo
+    mesh: dict[str, int]
+    before_text: str
+    after_text: str
+    inputs: list[np.ndarray]
+    input_names: list[str]
+    before_out: list[np.ndarray]
+    after_out: list[np.ndarray] | None
+    bug: dict[str, Any] | None = None
+    # for mutations of a partitioned module
+    in_shardings: list[Any] | None = None
+    out_shardings: list[Any] | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def after_file(self) -> str:
+        return "after.mlir" if self.after_kind == "shard_map_mlir" else "after.hlo"
+
+
+REGISTRY: dict[str, tuple[str, Callable[[str], Built]]] = {}
+_BUILT: dict[str, Built] = {}
+
+
+def fixture(name: str, description: str) -> Callable[[Callable[[str], Built]], Callable[[str], Built]]:
+    def register(fn: Callable[[str], Built]) -> Callable[[str], Built]:
+        assert name not in REGISTRY
+        REGISTRY[name] = (description, fn)
+        return fn
+
+    return register
+
+
+def build(name: str) -> Built:
+    if name not in _BUILT:
+        _BUILT[name] = REGISTRY[name][1](name)
+    return _BUILT[name]
+
+
+def description_of(name: str) -> str:
+    return REGISTRY[name][0]
+
+
+# ------------------------------------------------------------------------------------ partitioned pairs
+
+
+def partitioned_pair(name: str, fn: Callable[..., Any], mesh: jax.sharding.Mesh, args: Sequence[Any],
+                     argnames: Sequence[str], in_specs: Sequence[Any], out_specs: Any, *,
+                     shardy: bool = True, compiled_text: bool = False) -> Built:
+    """before = jit(fn, shardings).lower(); after = the module after SPMD partitioning (or compiled)."""
+    previous = jax.config.jax_use_shardy_partitioner  # type: ignore[attr-defined]
+    jax.config.update("jax_use_shardy_partitioner", shardy)
+    try:
+        in_sh = tuple(named(mesh, s) for s in in_specs)
+        out_sh = named(mesh, out_specs)
+        jitted = jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh)
+        lowered = jitted.lower(*sds(args))
+        before_text = lowered.as_text(debug_info=True)
+        compiled, spmd_text = compile_with_spmd_dump(lowered)
+        after_text = compiled.as_text() if compiled_text else spmd_text
+        inputs, input_names = leaves_with_names(args, argnames)
+        before_out = to_numpy_list(jax.jit(fn)(*args))  # the single-device reference, unsharded
+        after_out = to_numpy_list(compiled(*args))
+        flat_in = list(jax.tree.leaves(compiled.input_shardings[0]))
+        flat_out = list(jax.tree.leaves(compiled.output_shardings))
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", previous)
+    if shardy:
+        assert "sdy.sharding" in before_text and "sdy.mesh" in before_text
+    else:
+        assert "mhlo.sharding" in before_text and "sdy." not in before_text
+    # The dumped text is the program XLA ran: run it ourselves and compare (validates the HLO runner that
+    # checks the mutations below).
+    rerun = run_partitioned_hlo(spmd_text, inputs, flat_in, flat_out, [o.shape for o in after_out])
+    assert allclose(rerun, after_out), f"{name}: re-running the dumped partitioned HLO disagrees with XLA"
+    return Built(
+        name=name, description=description_of(name), verdict="equivalent",
+        after_kind="compiled_hlo" if compiled_text else "spmd_hlo", mesh=mesh_dict(mesh),
+        before_text=before_text, after_text=after_text, inputs=inputs, input_names=input_names,
+        before_out=before_out, after_out=after_out, in_shardings=flat_in, out_shardings=flat_out,
+    )
+
+
+def megatron_args(name: str) -> list[np.ndarray]:
+    return megatron.init(megatron.TINY, rng_for("megatron_mlp"))
+
+
+@fixture("megatron_mlp_shardy", "Megatron MLP relu(x@w1)@w2, x P(dp,None), w1 P(None,tp), w2 P(tp,None); "
+         "jit with Shardy shardings vs the module after SPMD partitioning")
+def _megatron_shardy(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = megatron.specs()
+    return partitioned_pair(name, megatron.mlp, mesh, megatron_args(name), ["x", "w1", "w2"], in_specs, out_spec)
+
+
+@fixture("megatron_mlp_gspmd", "Megatron MLP with jax_use_shardy_partitioner=False (mhlo.sharding "
+         "annotations) vs the module after GSPMD partitioning")
+def _megatron_gspmd(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = megatron.specs()
+    return partitioned_pair(name, megatron.mlp, mesh, megatron_args(name), ["x", "w1", "w2"], in_specs, out_spec,
+                            shardy=False)
+
+
+@fixture("megatron_mlp_compiled", "Megatron MLP (Shardy) vs the fully optimised per-device HLO "
+         "(compiled.as_text(): fusions, scheduled)")
+def _megatron_compiled(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = megatron.specs()
+    return partitioned_pair(name, megatron.mlp, mesh, megatron_args(name), ["x", "w1", "w2"], in_specs, out_spec,
+                            compiled_text=True)
+
+
+def llama_block_args(name: str) -> tuple[list[Any], Any]:
+    rng = rng_for("llama_block")
+    cfg = llama.TINY
+    x = llama.init_activations(cfg, rng)
+    p = llama.init_layer(cfg, rng)
+    return [x, p], cfg
+
+
+@fixture("llama_block_shardy", "Llama block (RMSNorm, RoPE, GQA causal attention, SwiGLU) FSDPxTP "
+         "(MaxText-style specs), Shardy, vs the module after SPMD partitioning")
+def _llama_block_shardy(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("fsdp", "tp"))
+    args, cfg = llama_block_args(name)
+    act = llama.activation_spec()
+    return partitioned_pair(name, functools.partial(llama.block, cfg=cfg), mesh, args, ["x", "p"],
+                            [act, llama.layer_specs()], act)
+
+
+@fixture("llama_block_gspmd", "Llama block FSDPxTP with jax_use_shardy_partitioner=False (mhlo.sharding) "
+         "vs the module after GSPMD partitioning")
+def _llama_block_gspmd(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("fsdp", "tp"))
+    args, cfg = llama_block_args(name)
+    act = llama.activation_spec()
+    return partitioned_pair(name, functools.partial(llama.block, cfg=cfg), mesh, args, ["x", "p"],
+                            [act, llama.layer_specs()], act, shardy=False)
+
+
+@fixture("llama_scan_shardy", "2 Llama blocks under lax.scan over layer-stacked params, FSDPxTP, Shardy, "
+         "vs the module after SPMD partitioning (a while loop)")
+def _llama_scan_shardy(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("fsdp", "tp"))
+    rng = rng_for(name)
+    cfg = llama.TINY
+    x = llama.init_activations(cfg, rng)
+    stacked = llama.init_stacked(cfg, rng)
+    act = llama.activation_spec()
+    return partitioned_pair(name, functools.partial(llama.blocks_scan, cfg=cfg), mesh, [x, stacked],
+                            ["x", "stacked"], [act, llama.stacked_specs()], act)
+
+
+@fixture("llama_sp_shardy", "Llama block with sequence parallelism (residual stream seq-sharded over tp, "
+         "q/k/v head-sharded), Shardy: partition-id indexed shard-offset tables in the partitioned HLO")
+def _llama_sp_shardy(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("fsdp", "tp"))
+    args, cfg = llama_block_args(name)
+    act = llama.activation_spec(seq="tp")
+    constrain = llama.sequence_parallel_constraint(mesh)
+    built = partitioned_pair(name, functools.partial(llama.block, cfg=cfg, constrain=constrain), mesh, args,
+                             ["x", "p"], [act, llama.layer_specs()], act)
+    assert "partition-id()" in built.after_text and "dynamic-slice(" in built.after_text, \
+        "sequence-parallel block: no partition-id / dynamic-slice in the partitioned HLO"
+    return built
+
+
+# ----------------------------------------------------------------------------------------- shard_map pairs
+
+
+def shard_map_pair(name: str, ref: Callable[..., Any], impl: Callable[..., Any], mesh: jax.sharding.Mesh,
+                   args: Sequence[Any], argnames: Sequence[str], in_specs: Sequence[Any],
+                   bug_fn: Callable[..., Any] | None) -> Built:
+    """before = jit(ref) lowered without shardings; after = jit(shard_map impl) lowered on sharded inputs."""
+    in_sh = tuple(named(mesh, s) for s in in_specs)
+    before_text = jax.jit(ref).lower(*sds(args)).as_text(debug_info=True)
+    after_text = jax.jit(impl).lower(*sds(tuple(args), in_sh)).as_text(debug_info=True)
+    assert "sdy.manual_computation" in after_text, f"{name}: no sdy.manual_computation in the shard_map lowering"
+    inputs, input_names = leaves_with_names(args, argnames)
+    before_out = to_numpy_list(jax.jit(ref)(*args))
+    placed = [jax.device_put(a, s) for a, s in zip(args, in_sh, strict=True)]
+    after_out = to_numpy_list(jax.jit(impl)(*placed))
+    bug = bug_of(bug_fn) if bug_fn is not None else None
+    return Built(
+        name=name, description=description_of(name), verdict="discrepancy" if bug else "equivalent",
+        after_kind="shard_map_mlir", mesh=mesh_dict(mesh), before_text=before_text, after_text=after_text,
+        inputs=inputs, input_names=input_names, before_out=before_out, after_out=after_out, bug=bug,
+    )
+
+
+def _megatron_shard_map(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "tp"))
+        in_specs, _ = megatron.specs()
+        return shard_map_pair(name, megatron.mlp, megatron.shard_map_mlp(mesh, variant), mesh, megatron_args(name),
+                              ["x", "w1", "w2"], in_specs,
+                              None if variant == "correct" else megatron.VARIANTS[variant])
+
+    return fn
+
+
+fixture("megatron_mlp_shard_map", "Megatron MLP hand-parallel with shard_map: column/row-parallel matmuls, "
+        "psum over tp (correct)")(_megatron_shard_map("correct"))
+fixture("megatron_mlp_shard_map_missing_psum", "Megatron MLP shard_map without the psum after the "
+        "row-parallel matmul")(_megatron_shard_map("missing_psum"))
+fixture("megatron_mlp_shard_map_psum_wrong_axis", "Megatron MLP shard_map with the psum over dp instead "
+        "of tp")(_megatron_shard_map("psum_wrong_axis"))
+fixture("megatron_mlp_shard_map_pmean", "Megatron MLP shard_map with pmean over tp where psum "
+        "belongs")(_megatron_shard_map("pmean"))
+
+
+def _rmsnorm(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "tp"))
+        d = 32
+        args = rmsnorm.init(8, d, rng_for("rmsnorm"))
+        in_specs, _ = rmsnorm.specs()
+        return shard_map_pair(name, rmsnorm.reference, rmsnorm.shard_map_rmsnorm(mesh, d, variant), mesh, args,
+                              ["x", "scale"], in_specs,
+                              None if variant == "correct" else rmsnorm.VARIANTS[variant])
+
+    return fn
+
+
+fixture("rmsnorm_shard_map", "RMSNorm with the hidden dim sharded over tp: psum of the local sum of "
+        "squares, divided by the global d (correct)")(_rmsnorm("correct"))
+fixture("rmsnorm_shard_map_local_stats", "RMSNorm with the hidden dim sharded over tp, statistics over the "
+        "local shard only")(_rmsnorm("local_stats"))
+
+
+def _rope(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "sp"))
+        args = rope_sp.init(2, 16, 4, 8, rng_for("rope_sp"))
+        in_specs, _ = rope_sp.specs()
+        return shard_map_pair(name, rope_sp.reference, rope_sp.shard_map_rope(mesh, variant), mesh, args, ["x"],
+                              in_specs, None if variant == "correct" else rope_sp.VARIANTS[variant])
+
+    return fn
+
+
+fixture("rope_sp_shard_map", "RoPE under sequence parallelism (seq over sp): positions = arange(s_local) "
+        "+ axis_index(sp) * s_local (correct)")(_rope("correct"))
+fixture("rope_sp_shard_map_no_offset", "RoPE under sequence parallelism with positions missing the shard "
+        "offset")(_rope("no_offset"))
+
+
+def _loss(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "tp"))
+        args = loss_dp.init(8, 16, 10, rng_for("loss_dp"))
+        in_specs, _ = loss_dp.specs()
+        return shard_map_pair(name, loss_dp.reference, loss_dp.shard_map_loss(mesh, variant), mesh, args,
+                              ["x", "w", "labels"], in_specs,
+                              None if variant == "correct" else loss_dp.VARIANTS[variant])
+
+    return fn
+
+
+fixture("loss_dp_shard_map", "data-parallel softmax cross-entropy (int32 labels), batch over dp: pmean of "
+        "per-shard means (correct)")(_loss("correct"))
+fixture("loss_dp_shard_map_no_pmean", "data-parallel cross-entropy returning the per-shard mean without "
+        "pmean (out_specs P(), check_vma=False)")(_loss("no_pmean"))
+
+
+def _softmax(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "tp"))
+        args = vocab_softmax.init(8, 32, rng_for("vocab_softmax"))
+        in_specs, _ = vocab_softmax.specs()
+        return shard_map_pair(name, vocab_softmax.reference, vocab_softmax.shard_map_softmax(mesh, variant), mesh,
+                              args, ["logits"], in_specs,
+                              None if variant == "correct" else vocab_softmax.VARIANTS[variant])
+
+    return fn
+
+
+fixture("vocab_softmax_shard_map", "vocab-parallel softmax (vocab over tp): pmax of the max, psum of the "
+        "sum (correct)")(_softmax("correct"))
+fixture("vocab_softmax_shard_map_local", "vocab-parallel softmax normalised by the local sum "
+        "only")(_softmax("local"))
+
+
+@fixture("llama_block_shard_map", "Llama block hand-parallel with shard_map: heads and FFN over tp, psum "
+         "after attention-out and FFN-down, batch over dp (correct)")
+def _llama_block_shard_map(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    args, cfg = llama_block_args(name)
+    return shard_map_pair(name, functools.partial(llama.block, cfg=cfg), llama.shard_map_block_tp(mesh, cfg), mesh,
+                          args, ["x", "p"], [P("dp", None, None), llama.tp_block_specs()], None)
+
+
+# ------------------------------------------------------------------------------------------- mutations
+
+
+def mutated(name: str, base_name: str, new_text: str, instruction: str, what: str,
+            source_instruction: str | None = None) -> Built:
+    """A discrepancy fixture: ``base``'s before, a text-mutated copy of its after.hlo.
+
+    The expected bug line is the source line in the metadata of the mutated instruction (or, when XLA gave
+    it none, e.g. constants, of ``source_instruction``: its nearest user that has one)."""
+    base = build(base_name)
+    assert base.after_kind == "spmd_hlo" and base.in_shardings is not None and base.out_shardings is not None
+    assert new_text != base.after_text
+    xla_hlo().hlo_module_from_text(new_text)  # must still parse
+    src = hlo_source_of(new_text, source_instruction or instruction)
+    assert src is not None, f"{name}: no source metadata on {source_instruction or instruction}"
+    file, line, _func = src
+    rel = Path(file).resolve().relative_to(REPO).as_posix() if file.startswith("/") else file
+    assert rel.startswith("tools/programs/"), f"{name}: mutated instruction's source is {rel}"
+    out = run_partitioned_hlo(new_text, base.inputs, base.in_shardings, base.out_shardings,
+                              [o.shape for o in base.before_out])
+    assert not allclose(out, base.before_out), f"{name}: the mutation does not change the result"
+    bug = {"file": rel, "line": line, "what": what, "instruction": instruction}
+    if source_instruction:
+        bug["source_instruction"] = source_instruction
+    return Built(
+        name=name, description=description_of(name), verdict="discrepancy", after_kind="mutated_hlo",
+        mesh=base.mesh, before_text=base.before_text, after_text=new_text, inputs=base.inputs,
+        input_names=base.input_names, before_out=base.before_out, after_out=out, bug=bug,
+        notes=[f"mutation of {base_name}/after.hlo; max |after-before| = {max_abs_diff(out, base.before_out):.3g}"],
+    )
+
+
+@fixture("mut_replica_groups_swapped", "megatron_mlp_shardy after.hlo with the all-reduce over tp groups "
+         "{{0,1,2,3},{4,5,6,7}} changed to the dp groups {{0,4},{1,5},{2,6},{3,7}}")
+def _mut_replica_groups(name: str) -> Built:
+    base = build("megatron_mlp_shardy")
+    text = base.after_text
+    devices = np.arange(N_DEVICES).reshape(2, 4)
+
+    def groups(rows: np.ndarray) -> str:
+        return "{" + ",".join("{" + ",".join(str(int(d)) for d in row) + "}" for row in rows) + "}"
+
+    tp_groups, dp_groups = groups(devices), groups(devices.T)
+    candidates = [n for n in hlo_instructions(text, "all-reduce")
+                  if f"replica_groups={tp_groups}" in hlo_instruction_line(text, n)[1]]
+    assert len(candidates) == 1, f"expected one all-reduce over {tp_groups}, got {candidates}"
+    idx, line = hlo_instruction_line(text, candidates[0])
+    new = replace_line(text, idx, line.replace(f"replica_groups={tp_groups}", f"replica_groups={dp_groups}"))
+    return mutated(name, "megatron_mlp_shardy", new, candidates[0],
+                   f"all-reduce {candidates[0]}: replica_groups {tp_groups} (tp) swapped for {dp_groups} (dp)")
+
+
+@fixture("mut_allreduce_reducer", "llama_block_shardy after.hlo with the FFN-down all-reduce's reducer "
+         "changed from add to maximum (its to_apply computation cloned if shared)")
+def _mut_allreduce_reducer(name: str) -> Built:
+    base = build("llama_block_shardy")
+    text = base.after_text
+    reducers = [n for n in hlo_instructions(text, "all-reduce")
+                if (src := hlo_source_of(text, n)) and src[2] == "ffn"]
+    assert len(reducers) == 1, f"expected one all-reduce from ffn, got {reducers}"
+    target = reducers[0]
+    idx, line = hlo_instruction_line(text, target)
+    comp = re.search(r"to_apply=(%[\w.\-]+)", line)
+    assert comp
+    comp_name = comp.group(1)
+    # the computation's body
+    m = re.search(rf"^{re.escape(comp_name)} \(.*?^\}}\n", text, re.S | re.M)
+    assert m, f"computation {comp_name} not found"
+    body = m.group(0)
+    assert len(re.findall(r"ROOT %[\w.\-]+ = \S+ add\(", body)) == 1, f"{comp_name} is not a plain add"
+    uses = len(re.findall(rf"(?:to_apply|calls|condition|body|branch_computations|called_computations)="
+                          rf"\{{?(?:%[\w.\-]+, )*{re.escape(comp_name)}(?![\w.\-])", text))
+    new_body = re.sub(r"(ROOT %[\w.\-]+ = \S+ )add\(", r"\1maximum(", body)
+    if uses > 1:
+        clone = comp_name + ".max"
+        new_body = new_body.replace(comp_name + " (", clone + " (", 1)
+        new = text.replace(body, body + "\n" + new_body, 1)
+        idx, line = hlo_instruction_line(new, target)
+        new = replace_line(new, idx, line.replace(f"to_apply={comp_name}", f"to_apply={clone}"))
+    else:
+        new = text.replace(body, new_body, 1)
+    return mutated(name, "llama_block_shardy", new, target,
+                   f"all-reduce {target} (FFN-down partial sums over tp): reducer add changed to maximum")
+
+
+@fixture("mut_offset_table_permuted", "llama_sp_shardy after.hlo with the partition-id indexed shard-offset "
+         "table of the RoPE positions (iota over the seq-sharded dim) permuted")
+def _mut_offset_table(name: str) -> Built:
+    base = build("llama_sp_shardy")
+    text = base.after_text
+    tables = []
+    for n in hlo_instructions(text, "constant"):
+        idx, line = hlo_instruction_line(text, n)
+        if not re.search(r"= [su]32\[8\]\{0\} constant\(\{", line):
+            continue
+        users = hlo_users(text, n)
+        if not any("partition-id" in hlo_instruction_line(text, u)[1] for u in users):
+            continue
+        src = hlo_source_of(text, n)
+        if src and src[2] == "attention" and '/iota"' in line:
+            tables.append(n)
+    assert len(tables) == 1, f"expected one partition-id indexed iota offset table in attention, got {tables}"
+    target = tables[0]
+    idx, line = hlo_instruction_line(text, target)
+    m = re.search(r"constant\(\{([^}]*)\}\)", line)
+    assert m
+    values = [int(v) for v in m.group(1).split(",")]
+    assert values == [0, 1, 2, 3, 0, 1, 2, 3], f"unexpected offset table {values}"
+    permuted = [values[(i + 1) % 4 + 4 * (i // 4)] for i in range(8)]  # rotate within each tp group
+    new_line = line.replace(m.group(0), "constant({" + ", ".join(map(str, permuted)) + "})")
+    new = replace_line(text, idx, new_line)
+    return mutated(name, "llama_sp_shardy", new, target,
+                   f"shard-offset table {target} (tp shard index per partition-id, scales the RoPE positions) "
+                   f"permuted {values} -> {permuted}")
+
+
+@fixture("mut_subtract_swapped", "llama_block_shardy after.hlo with the operands of the RoPE subtract "
+         "(x1*cos - x2*sin of q) swapped")
+def _mut_subtract_swapped(name: str) -> Built:
+    base = build("llama_block_shardy")
+    text = base.after_text
+    subs = [n for n in hlo_instructions(text, "subtract") if (src := hlo_source_of(text, n)) and src[2] == "rope"]
+    assert subs, "no subtract from rope"
+    target = subs[0]
+    idx, line = hlo_instruction_line(text, target)
+    m = re.search(r"subtract\((%[\w.\-]+), (%[\w.\-]+)\)", line)
+    assert m
+    new = replace_line(text, idx, line.replace(m.group(0), f"subtract({m.group(2)}, {m.group(1)})"))
+    return mutated(name, "llama_block_shardy", new, target,
+                   f"subtract {target} (RoPE x1*cos - x2*sin): operands swapped")
+
+
+@fixture("mut_constant_changed", "llama_block_shardy after.hlo with the 1/d constant of the first "
+         "RMSNorm's mean (d_model) halved, for that RMSNorm only")
+def _mut_constant_changed(name: str) -> Built:
+    base = build("llama_block_shardy")
+    text = base.after_text
+    d = float(llama.TINY.d_model)
+    consts = [n for n in hlo_instructions(text, "constant")
+              if re.search(rf"= f32\[\] constant\({d:g}\)", hlo_instruction_line(text, n)[1])]
+    assert len(consts) == 1, f"expected one f32[] constant({d:g}), got {consts}"
+    const = consts[0]
+
+    # Walk users (through metadata-less broadcasts) to the first divide in rms_norm.
+    def first_divide(n: str) -> tuple[str, str] | None:
+        for u in hlo_users(text, n):
+            line = hlo_instruction_line(text, u)[1]
+            if " divide(" in line and (src := hlo_source_of(text, u)) and src[2] == "rms_norm":
+                return n, u
+            if " broadcast(" in line:
+                hit = first_divide(u)
+                if hit:
+                    return hit
+        return None
+
+    hit = first_divide(const)
+    assert hit, "no rms_norm divide fed by the d constant"
+    fed, divide = hit
+    cidx, cline = hlo_instruction_line(text, const)
+    new_const = const + ".mutated"
+    clone_line = cline.replace(const + " =", new_const + " =", 1).replace(f"constant({d:g})", f"constant({d / 2:g})")
+    if fed == const:
+        didx, dline = hlo_instruction_line(text, divide)
+        new = replace_line(text, didx, dline.replace(const, new_const))
+        new = replace_line(new, cidx, cline + "\n" + clone_line)
+        instruction = new_const
+    else:
+        # const -> broadcast (fed) -> divide: clone the broadcast too, so only this RMSNorm changes
+        bidx, bline = hlo_instruction_line(text, fed)
+        new_b = fed + ".mutated"
+        b_clone = bline.replace(fed + " =", new_b + " =", 1).replace(f"({const})", f"({new_const})")
+        didx, dline = hlo_instruction_line(text, divide)
+        new = replace_line(text, didx, re.sub(re.escape(fed) + r"(?![\w.\-])", new_b, dline))
+        new = replace_line(new, bidx, bline + "\n" + b_clone)
+        cidx, cline = hlo_instruction_line(new, const)
+        new = replace_line(new, cidx, cline + "\n" + clone_line)
+        instruction = new_const
+    return mutated(name, "llama_block_shardy", new, instruction,
+                   f"constant {const} (d_model = {d:g}, the divisor of RMSNorm's mean of squares) changed to "
+                   f"{d / 2:g} for the first RMSNorm (XLA gives constants no source metadata: line of {divide})",
+                   source_instruction=divide)
+
+
+# ============================================================================================ writing
+
+
+def write_fixture(b: Built) -> dict[str, int]:
+    assert b.verdict in ("equivalent", "discrepancy")
+    assert (b.bug is None) == (b.verdict == "equivalent")
+    if b.after_out is not None and b.after_kind != "mutated_hlo":
+        same = allclose(b.after_out, b.before_out)
+        if b.verdict == "equivalent":
+            assert same, f"{b.name}: correct program but after_out != before_out " \
+                         f"(max diff {max_abs_diff(b.after_out, b.before_out):.3g})"
+        else:
+            assert not same, f"{b.name}: buggy program but XLA's after_out == before_out for these inputs"
+    out_dir = FIXTURES / b.name
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    files: dict[str, bytes] = {}
+    files["before.mlir"] = (header("mlir", b.description) + sanitize(b.before_text)).encode()
+    after_text = sanitize(b.after_text)
+    kind = "mlir" if b.after_file.endswith(".mlir") else "hlo"
+    files[b.after_file] = (header(kind, b.description) + after_text).encode()
+    if kind == "hlo":
+        xla_hlo().hlo_module_from_text(files[b.after_file].decode())  # the header must not break XLA's parser
+    expected = {
+        "name": b.name,
+        "description": b.description,
+        "verdict": b.verdict,
+        "bug": b.bug,
+        "after_kind": b.after_kind,
+        "mesh": b.mesh,
+        "inputs": b.input_names,
+        "generator": GENERATOR,
+        "jax": JAX_VERSION,
+    }
+    if b.notes:
+        expected["notes"] = b.notes
+    files["expected.json"] = (json.dumps(expected, indent=2) + "\n").encode()
+    arrays: dict[str, np.ndarray] = {}
+    for i, x in enumerate(b.inputs):
+        assert x.dtype in (np.float32, np.int32), f"{b.name}: input {i} has dtype {x.dtype}"
+        arrays[f"in_{i}"] = x
+    for i, x in enumerate(b.before_out):
+        arrays[f"before_out_{i}"] = x
+    for i, x in enumerate(b.after_out or []):
+        arrays[f"after_out_{i}"] = x
+    buf_path = out_dir / "oracle.npz"
+    write_npz(buf_path, arrays)
+    for fname, data in files.items():
+        text = data.decode()
+        assert not [f for f in FORBIDDEN if f in text], f"{b.name}/{fname}: machine path"
+        (out_dir / fname).write_bytes(data)
+    sizes = {p.name: p.stat().st_size for p in sorted(out_dir.iterdir())}
+    for fname, size in sizes.items():
+        assert size < MAX_FILE_BYTES, f"{b.name}/{fname}: {size} bytes (budget {MAX_FILE_BYTES})"
+    return sizes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="generate only these fixtures")
+    ap.add_argument("--list", action="store_true", help="list the fixture names and exit")
+    ns = ap.parse_args(argv)
+    if ns.list:
+        for n, (desc, _) in REGISTRY.items():
+            print(f"{n:42s} {desc}")
+        return 0
+    names = list(REGISTRY) if not ns.only else ns.only
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        ap.error(f"unknown fixture(s): {unknown}; see --list")
+    t0 = time.perf_counter()
+    rows = []
+    for n in names:
+        t = time.perf_counter()
+        b = build(n)
+        sizes = write_fixture(b)
+        bug = f"{b.bug['file']}:{b.bug['line']}" if b.bug else "-"
+        rows.append((n, b.after_kind, b.verdict, bug, sizes, time.perf_counter() - t))
+    total = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
+    print(f"{'fixture':40s} {'after kind':15s} {'verdict':12s} {'bug line':32s} "
+          f"{'before':>7s} {'after':>7s} {'oracle':>7s} {'time':>6s}")
+    for n, kind, verdict, bug, sizes, dt in rows:
+        after = sizes.get("after.hlo", sizes.get("after.mlir", 0))
+        print(f"{n:40s} {kind:15s} {verdict:12s} {bug:32s} {sizes['before.mlir'] / 1024:6.1f}K "
+              f"{after / 1024:6.1f}K {sizes['oracle.npz'] / 1024:6.1f}K {dt:5.1f}s")
+    print(f"{len(rows)} fixtures written in {time.perf_counter() - t0:.1f}s; tests/fixtures total "
+          f"{total / 1024:.0f} KB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
