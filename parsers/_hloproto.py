@@ -100,3 +100,15 @@ def name_instructions(module_proto: bytes) -> bytes:
         _MODULE_COMPUTATIONS,
         lambda comp: _rewrite(comp, _COMPUTATION_INSTRUCTIONS, _name_instruction),
     )
+
+
+_MODULE_ENTRY_NAME = 2  # HloModuleProto.entry_computation_name
+
+
+def entry_computation_name(module_proto: bytes) -> str:
+    """The ENTRY computation's name (the converter renames it `main`; XLA's `main.1_spmd` says the module
+    was SPMD-partitioned)."""
+    for number, wire, _, payload in _fields(module_proto):
+        if number == _MODULE_ENTRY_NAME and wire == _LEN:
+            return payload.decode("utf-8", "replace")
+    return ""

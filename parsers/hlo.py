@@ -14,7 +14,7 @@ from scalify_hlo import _jaxlib
 from scalify_hlo.errors import ParseError, Span
 from scalify_hlo.ir import Attrs, Module
 
-from ._hloproto import NAME_SEP, name_instructions
+from ._hloproto import NAME_SEP, entry_computation_name, name_instructions
 from .stablehlo import parse_mlir
 
 _XLA_ERROR = re.compile(r"(\d+):(\d+): error: ([^\n]*)")
@@ -51,12 +51,14 @@ def parse_hlo(text: str, path: str) -> Module:
             raise ParseError(Span(path, line, col, src), f"not valid HLO text: {m.group(3)}") from None
         first = msg.strip().splitlines()[0] if msg.strip() else "cannot parse"
         raise ParseError(Span(path), f"not valid HLO text: {first}") from None
-    proto = name_instructions(hlo.as_serialized_hlo_module_proto())
+    original = hlo.as_serialized_hlo_module_proto()
+    proto = name_instructions(original)
     try:
         bytecode = _jaxlib.hlo_proto_to_stablehlo(proto)
     except Exception as err:
         raise ParseError(Span(path), f"XLA could not convert this HLO to StableHLO: {err}") from None
     module = parse_mlir(bytecode, path, kind="hlo", name_sep=NAME_SEP, name_lines=_instruction_lines(text))
     header = next((ln for ln in text.splitlines() if ln.startswith("HloModule")), "")
-    extra = {k: int(v) for k, v in _HEADER_INT.findall(header)}
+    extra: dict[str, int | str] = {k: int(v) for k, v in _HEADER_INT.findall(header)}
+    extra["entry_computation"] = entry_computation_name(original)
     return dataclasses.replace(module, name=hlo.name, extra=Attrs.of(extra))

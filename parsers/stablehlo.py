@@ -75,6 +75,7 @@ class _Reader:
         self.ir = _jaxlib.ir()
         self.shlo, self.mhlo = d["stablehlo"], d["mhlo"]
         self.counter = 0
+        self.meshes: dict[str, str] = {}  # sdy.mesh symbol → text, for mesh-spelled replica groups
 
     # -- types ---------------------------------------------------------------------------------------
     def type_of(self, t: Any) -> Type:
@@ -173,9 +174,33 @@ class _Reader:
                          mod.TransposeAttr, mod.RngAlgorithmAttr):
                 if enum.isinstance(a):
                     return str(enum(a).value)
+        if sh.ReplicaGroupMeshAxesAttr.isinstance(a):
+            return self.mesh_groups(sh.ReplicaGroupMeshAxesAttr(a))
         if mh.FusionKindAttr.isinstance(a):
             return str(mh.FusionKindAttr(a).value)
         return Opaque(str(a))
+
+    def mesh_groups(self, attr: Any) -> Literal:
+        """XLA's mesh spelling of replica groups (`mesh['axis_0'=2,...] {'axis_0'}`) as explicit groups:
+        every group is the devices that differ only along the named axes, in their order."""
+        from scalify_hlo.mesh import mesh_axes_of, refine_for_axes
+        from scalify_hlo.sharding import mesh_from_sdy
+
+        name = str(self.ir.FlatSymbolRefAttr(attr.mesh).value)
+        if name not in self.meshes:
+            raise ParseError(Span(self.path), f"replica groups name mesh @{name}, which the module does not define")
+        names = []
+        for ref in attr.axes:
+            axis = self.shlo.AxisRefAttr(ref)
+            info = axis.sub_axis_info
+            names.append(str(axis.name) if info is None else
+                         f"{axis.name}:({int(info.pre_size)}){int(info.size)}")
+        mesh = refine_for_axes(mesh_from_sdy(self.meshes[name]), names)
+        listed = [a for n in names for a in mesh_axes_of(n, mesh)]
+        others = [a for a in mesh.names if a not in listed]
+        order = [mesh.axis_index(a) for a in (*others, *listed)]
+        grid = mesh.device_array().transpose(order).reshape(mesh.size_of(others), mesh.size_of(listed))
+        return Literal(np.ascontiguousarray(grid, dtype=np.int64), "i64")
 
     def attrs_of(self, named: Any) -> Attrs:
         if len(named) == 0:
@@ -310,6 +335,10 @@ def read_mlir_module(mod: Any, path: str, kind: str = "stablehlo", name_sep: str
     """Walk a parsed `ir.Module` into the common IR."""
     reader = _Reader(path, name_prefix_sep=name_sep, name_lines=name_lines)
     ir = reader.ir
+    for top in mod.body.operations:
+        if top.operation.name == "sdy.mesh":
+            o = top.operation
+            reader.meshes[str(ir.StringAttr(o.attributes["sym_name"]).value)] = str(o.attributes["mesh"])
     funcs: dict[str, Func] = {}
     meshes: list[tuple[str, str]] = []
     entry = None
@@ -321,7 +350,8 @@ def read_mlir_module(mod: Any, path: str, kind: str = "stablehlo", name_sep: str
             vis = o.attributes["sym_visibility"] if "sym_visibility" in o.attributes else None
             if f.name == "main" or (entry is None and vis is not None and str(vis) == '"public"'):
                 entry = f.name
-        elif o.name == "sdy.mesh":
+        elif o.name == "sdy.mesh" and kind != "hlo":
+            # (In converted HLO the meshes only spell replica groups; they are resolved above.)
             name = str(ir.StringAttr(o.attributes["sym_name"]).value)
             meshes.append((name, str(o.attributes["mesh"])))
     if not funcs:

@@ -1,0 +1,418 @@
+"""Transfer rules for ops that move data around: broadcast, reshape, transpose, slices, concat, pad, gather.
+
+A split dim is carried through a dimension bijection: a reshape keeps it only as the major part of the
+merged or split dims (DESIGN §3); a slice keeps it only when it takes the whole local dim; a
+dynamic-slice whose offsets are `k * (linear index over mesh axes A)` on every device *creates* the split
+over `A` (that is how GSPMD and `axis_index` code take their shard of a replicated value).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from scalify_hlo.errors import ShardingError
+from scalify_hlo.facts import Ctx, Fact, Failed, Holds, Varying, join, view
+from scalify_hlo.ir import GatherDims, Op, TensorType
+from scalify_hlo.mesh import Layout, match_axis_index
+from scalify_hlo.terms import Term
+
+
+def _operands(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> list[Holds] | Failed:
+    out = []
+    for f in facts:
+        g = ctx.lift(f) if isinstance(f, Varying) else f
+        if isinstance(g, Failed):
+            return Failed(g.reason, op, g.evidence, True, g.origin)
+        if not isinstance(g, Holds):
+            return ctx.unsupported(op, "operands that are not tensors")
+        out.append(g)
+    return out
+
+
+def _try_varying(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact | None:
+    if any(isinstance(f, Varying) for f in facts):
+        return ctx.varying(op, facts)
+    return None
+
+
+def broadcast_in_dim(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    (f,) = facts
+    if isinstance(f, Varying):
+        out_t = op.result.tensor
+        dims = tuple(op.attrs["broadcast_dimensions"])  # type: ignore[arg-type]
+        src = f.values.reshape((f.values.shape[0], *[
+            f.type.shape[dims.index(j)] if j in dims else 1 for j in range(out_t.rank)]))
+        return (Varying(np.broadcast_to(src, (src.shape[0], *out_t.shape)), out_t),)
+    ops = _operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return (ops,)
+    (x,) = ops
+    dims = tuple(op.attrs["broadcast_dimensions"])  # type: ignore[arg-type]
+    local = op.result.tensor.shape
+    xlocal = x.layout.local_shape(x.term.type.shape, ctx.mesh)
+    out_dims: list[tuple[str, ...]] = []
+    gshape: list[int] = []
+    for j, n in enumerate(local):
+        if j in dims:
+            i = dims.index(j)
+            if xlocal[i] == n:
+                out_dims.append(x.layout.dims[i])
+                gshape.append(x.term.type.shape[i])
+                continue
+            if x.layout.dims[i]:
+                return (ctx.unsupported(op, "a broadcast that expands a split dim"),)
+        out_dims.append(())
+        gshape.append(n)
+    layout = Layout(tuple(out_dims), x.layout.partial)
+    term = ctx.terms.apply("broadcast_in_dim", (x.term,), (("broadcast_dimensions", dims),),
+                           TensorType(tuple(gshape), op.result.tensor.dtype))
+    return (Holds(term, layout, x.origin),)
+
+
+def _core_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
+    """The groups of non-unit dims whose size products match, mapping shape `a` onto shape `b`."""
+    core: list[tuple[list[int], list[int]]] = []
+    ia = [i for i, n in enumerate(a) if n != 1]
+    ib = [j for j, n in enumerate(b) if n != 1]
+    p = q = 0
+    while p < len(ia) or q < len(ib):
+        if p >= len(ia) or q >= len(ib):
+            return None
+        gi, gj, pa, pb = [ia[p]], [ib[q]], a[ia[p]], b[ib[q]]
+        p, q = p + 1, q + 1
+        while pa != pb:
+            if pa < pb and p < len(ia):
+                gi.append(ia[p])
+                pa *= a[ia[p]]
+                p += 1
+            elif pb < pa and q < len(ib):
+                gj.append(ib[q])
+                pb *= b[ib[q]]
+                q += 1
+            else:
+                return None
+        core.append((gi, gj))
+    return core
+
+
+def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """A split dim survives a reshape as the major part of the dims it is merged with or split into.
+
+    The local reshape does not always fix the global one: a shard [.., 2, ..] reshaped to [.., 1, 2, ..]
+    is the shard of [.., 8, ..] → [.., 4, 2, ..] (the split moves to the unit dim) as much as of
+    [.., 8, ..] → [.., 1, 8, ..]. Every reading is a true fact; we take the one whose global term the
+    reference program computes (it is how the partitioner got there), else the first."""
+    v = _try_varying(ctx, op, facts)
+    if v is not None:
+        return (v,)
+    ops = _operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return (ops,)
+    (x,) = ops
+    xlocal = tuple(x.layout.local_shape(x.term.type.shape, ctx.mesh))
+    out_local = tuple(op.result.tensor.shape)
+    core = _core_groups(xlocal, out_local)
+    if core is None:
+        return (ctx.unsupported(op, f"reshape {list(xlocal)} → {list(out_local)}"),)
+
+    def units_before(m: int) -> list[int]:
+        """Output unit dims between core group m-1 and core group m (all of them after the last group)."""
+        lo = core[m - 1][1][-1] if m > 0 else -1
+        hi = core[m][1][0] if m < len(core) else len(out_local)
+        return [j for j in range(lo + 1, hi) if out_local[j] == 1]
+
+    options: list[list[int]] = []
+    split = [k for k, axes in enumerate(x.layout.dims) if axes]
+    for k in split:
+        if xlocal[k] != 1:
+            m = next(i for i, g in enumerate(core) if k in g[0])
+            if core[m][0][0] != k or any(x.layout.dims[i] for i in core[m][0][1:]):
+                return (ctx.unsupported(op, f"a reshape that moves split dim {k} off the major position of the "
+                                        "dims it is merged with (the shards would interleave)"),)
+            options.append([core[m][1][0], *reversed(units_before(m))])
+        else:
+            m = sum(1 for g in core if g[0] and g[0][0] < k)
+            merge = [core[m][1][0]] if m < len(core) and not any(x.layout.dims[i] for i in core[m][0]) else []
+            options.append([*units_before(m), *merge])
+    choices: list[tuple[int, Holds]] = []
+    for combo in itertools.product(*options):
+        if len(set(combo)) != len(combo):
+            continue
+        out_dims: list[tuple[str, ...]] = [()] * len(out_local)
+        gshape = list(out_local)
+        for k, o in zip(split, combo, strict=True):
+            out_dims[o] = x.layout.dims[k]
+            gshape[o] = out_local[o] * ctx.mesh.size_of(x.layout.dims[k])
+        term = ctx.terms.apply("reshape", (x.term,), (), TensorType(tuple(gshape), op.result.tensor.dtype))
+        fact = Holds(term, Layout(tuple(out_dims), x.layout.partial), x.origin)
+        rank = ctx.known(term)
+        if rank == 2:
+            return (fact,)
+        choices.append((-rank, fact))
+    if not choices:
+        return (ctx.unsupported(op, f"a reshape {list(xlocal)} → {list(out_local)} that drops a split dim"),)
+    return (min(choices, key=lambda c: c[0])[1],)
+
+
+def transpose(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    v = _try_varying(ctx, op, facts)
+    if v is not None:
+        return (v,)
+    ops = _operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return (ops,)
+    (x,) = ops
+    perm = tuple(op.attrs["permutation"])  # type: ignore[arg-type]
+    layout = Layout(tuple(x.layout.dims[p] for p in perm), x.layout.partial)
+    gtype = TensorType(tuple(x.term.type.shape[p] for p in perm), op.result.tensor.dtype)
+    return (Holds(ctx.terms.apply("transpose", (x.term,), (("permutation", perm),), gtype), layout, x.origin),)
+
+
+def slice_(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    v = _try_varying(ctx, op, facts)
+    if v is not None:
+        return (v,)
+    ops = _operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return (ops,)
+    (x,) = ops
+    start = list(op.attrs["start_indices"])  # type: ignore[arg-type]
+    limit = list(op.attrs["limit_indices"])  # type: ignore[arg-type]
+    strides = list(op.attrs["strides"])  # type: ignore[arg-type]
+    xlocal = x.layout.local_shape(x.term.type.shape, ctx.mesh)
+    for d, axes in enumerate(x.layout.dims):
+        if not axes:
+            continue
+        if (start[d], limit[d], strides[d]) != (0, xlocal[d], 1):
+            return (ctx.unsupported(op, f"a static slice of dim {d}, which is split over {list(axes)}"),)
+        limit[d] = x.term.type.shape[d]
+    gshape = tuple(-(-(hi - lo) // st) for lo, hi, st in zip(start, limit, strides, strict=True))
+    attrs = (("limit_indices", tuple(limit)), ("start_indices", tuple(start)), ("strides", tuple(strides)))
+    term = ctx.terms.apply("slice", (x.term,), attrs, TensorType(gshape, op.result.tensor.dtype))
+    return (Holds(term, x.layout, x.origin),)
+
+
+def _offsets(ctx: Ctx, f: Fact) -> int | np.ndarray | Term | None:
+    """A start index: an int (the same on all devices), a per-device vector, or a global term."""
+    if isinstance(f, Varying):
+        vals = np.asarray(f.values).reshape(f.values.shape[0])
+        return vals.astype(np.int64) if not np.all(vals == vals[0]) else int(vals[0])
+    if isinstance(f, Holds) and not f.layout.partial:
+        folded = ctx.fold(f.term)
+        if folded is not None and folded.size == 1:
+            return int(folded.reshape(-1)[0])
+        return f.term
+    return None
+
+
+def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    operand, *starts = facts
+    if isinstance(operand, Varying) or (isinstance(operand, Holds) and ctx.fold(operand.term) is not None
+                                        and any(isinstance(s, Varying) for s in starts)):
+        v = ctx.varying(op, facts)
+        if v is not None:
+            return (v,)
+    ops = _operands(ctx, op, (operand,))
+    if isinstance(ops, Failed):
+        return (ops,)
+    (x,) = ops
+    sizes = list(op.attrs["slice_sizes"])  # type: ignore[arg-type]
+    xlocal = x.layout.local_shape(x.term.type.shape, ctx.mesh)
+    dims = list(x.layout.dims)
+    gshape = list(x.term.type.shape)
+    term_starts: list[Term | int] = []
+    static = True
+    for d, s in enumerate(starts):
+        off = _offsets(ctx, s)
+        if off is None:
+            return (ctx.unsupported(op, f"start index {d} is not known on every device"),)
+        if sizes[d] == xlocal[d]:
+            term_starts.append(0)
+            continue
+        if isinstance(off, np.ndarray):
+            clamped = np.clip(off, 0, xlocal[d] - sizes[d])
+            match = match_axis_index(clamped, ctx.mesh) if np.array_equal(clamped, off) else None
+            if match is None or match[1] != sizes[d] or not match[0]:
+                return (ctx.fail(op, f"dynamic-slice offsets along dim {d} ({off[:8].tolist()}...) are not "
+                                 f"{sizes[d]} × the index of the device along any mesh axes: not a shard",
+                                 evidence=True),)
+            axes = match[0]
+            if set(axes) & (x.layout.split_axes() | x.layout.partial_axes()):
+                return (ctx.fail(op, f"dynamic-slice takes a shard over {list(axes)} of a value already split "
+                                 "over them", evidence=True),)
+            n = ctx.mesh.size_of(axes)
+            covered = sizes[d] * n * ctx.mesh.size_of(dims[d])
+            if covered != gshape[d]:
+                return (ctx.unsupported(op, f"shards along dim {d} cover {covered} of {gshape[d]} elements"),)
+            dims[d] = (*dims[d], *axes)
+            term_starts.append(0)
+            continue
+        if dims[d]:
+            return (ctx.unsupported(op, f"a dynamic slice inside dim {d}, which is split over {list(dims[d])}"),)
+        gshape[d] = sizes[d]
+        if isinstance(off, int):
+            term_starts.append(int(np.clip(off, 0, xlocal[d] - sizes[d])))
+        else:
+            static = False
+            term_starts.append(off)
+    gtype = TensorType(tuple(gshape), op.result.tensor.dtype)
+    layout = Layout(tuple(dims), x.layout.partial)
+    if static:
+        lo = tuple(int(s) for s in term_starts)  # type: ignore[arg-type]
+        hi = tuple(a + b for a, b in zip(lo, gshape, strict=True))
+        attrs = (("limit_indices", hi), ("start_indices", lo), ("strides", (1,) * len(lo)))
+        term = ctx.terms.apply("slice", (x.term,), attrs, gtype)
+    else:
+        idx = tuple(s if isinstance(s, Term) else ctx.terms.scalar(float(s), _index_dtype(starts))
+                    for s in term_starts)
+        term = ctx.terms.apply("dynamic_slice", (x.term, *idx), (("slice_sizes", tuple(gshape)),), gtype)
+    return (Holds(term, layout, x.origin),)
+
+
+def _index_dtype(starts: list[Fact]) -> str:
+    for s in starts:
+        if isinstance(s, Holds):
+            return s.term.type.dtype
+        if isinstance(s, Varying):
+            return s.type.dtype
+    return "i32"
+
+
+def dynamic_update_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    operand, update, *starts = facts
+    ops = _operands(ctx, op, (operand, update))
+    if isinstance(ops, Failed):
+        return (ops,)
+    x, u = ops
+    if x.layout.partial != u.layout.partial:
+        return (ctx.fail(op, "dynamic-update-slice of values with different partial axes", evidence=True),)
+    xlocal = x.layout.local_shape(x.term.type.shape, ctx.mesh)
+    ulocal = u.layout.local_shape(u.term.type.shape, ctx.mesh)
+    idx: list[Term] = []
+    for d, s in enumerate(starts):
+        off = _offsets(ctx, s)
+        if isinstance(off, np.ndarray) or off is None:
+            return (ctx.unsupported(op, f"device-dependent update offsets along dim {d}"),)
+        if x.layout.dims[d] and (ulocal[d] != xlocal[d] or u.layout.dims[d] != x.layout.dims[d]):
+            return (ctx.unsupported(op, f"an update inside dim {d}, which is split"),)
+        idx.append(off if isinstance(off, Term) else ctx.terms.scalar(float(0 if x.layout.dims[d] else off),
+                                                                      _index_dtype(starts)))
+    ut = view(u.term, u.layout, x.layout.dims, ctx.mesh, ctx.terms)
+    if ut is None:
+        return (ctx.fail(op, "dynamic-update-slice of an update laid out unlike its operand", evidence=True),)
+    term = ctx.terms.apply("dynamic_update_slice", (x.term, ut, *idx), (), x.term.type)
+    return (Holds(term, x.layout, x.origin),)
+
+
+def concatenate(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    v = _try_varying(ctx, op, facts)
+    if v is not None:
+        return (v,)
+    ops = _operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return (ops,)
+    dim = int(op.attrs["dimension"])  # type: ignore[arg-type]
+    partials = {h.layout.partial for h in ops}
+    target = join([Layout(h.layout.dims) for h in ops])
+    if target is None or len(partials) != 1 or target.dims[dim]:
+        return (ctx.unsupported(op, "a concatenate of differently laid out operands or along a split dim"),)
+    terms = []
+    for h in ops:
+        t = view(h.term, h.layout, target.dims, ctx.mesh, ctx.terms)
+        if t is None:
+            return (ctx.unsupported(op, "a concatenate of differently laid out operands"),)
+        terms.append(t)
+    shape = list(terms[0].type.shape)
+    shape[dim] = sum(t.type.shape[dim] for t in terms)
+    term = ctx.terms.apply("concatenate", tuple(terms), (("dimension", dim),),
+                           TensorType(tuple(shape), op.result.tensor.dtype))
+    return (Holds(term, Layout(target.dims, next(iter(partials))), ops[0].origin),)
+
+
+def pad(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    ops = _operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return (ops,)
+    x, value = ops
+    lo, hi, inner = (tuple(op.attrs[k]) for k in ("edge_padding_low", "edge_padding_high",  # type: ignore[arg-type]
+                                                  "interior_padding"))
+    if any(x.layout.dims[d] and (lo[d], hi[d], inner[d]) != (0, 0, 0) for d in range(len(lo))):
+        return (ctx.unsupported(op, "padding a split dim"),)
+    if x.layout.partial and ctx.fold(value.term) is not None and np.any(ctx.fold(value.term)):
+        return (ctx.fail(op, "padding a partial value with a non-zero value", evidence=True, origin=x.origin),)
+    shape = tuple(n + a + b + max(n - 1, 0) * c for n, a, b, c in zip(x.term.type.shape, lo, hi, inner, strict=True))
+    attrs = (("edge_padding_high", hi), ("edge_padding_low", lo), ("interior_padding", inner))
+    term = ctx.terms.apply("pad", (x.term, value.term), attrs, TensorType(shape, op.result.tensor.dtype))
+    return (Holds(term, x.layout, x.origin),)
+
+
+def reverse(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    ops = _operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return (ops,)
+    (x,) = ops
+    dims = tuple(op.attrs["dimensions"])  # type: ignore[arg-type]
+    if any(x.layout.dims[d] for d in dims):
+        return (ctx.unsupported(op, "reversing a split dim"),)
+    term = ctx.terms.apply("reverse", (x.term,), (("dimensions", dims),),
+                           TensorType(x.term.type.shape, op.result.tensor.dtype))
+    return (Holds(term, x.layout, x.origin),)
+
+
+def iota(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    t = op.result.tensor
+    term = ctx.terms.mk("iota", (), (("iota_dimension", int(op.attrs["iota_dimension"])),), t)  # type: ignore[arg-type]
+    return (Holds(term, Layout.replicated(t.rank)),)
+
+
+def constant(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    t = op.result.tensor
+    return (Holds(ctx.terms.apply("constant", (), (("value", op.attrs["value"]),), t), Layout.replicated(t.rank)),)
+
+
+def gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    ops = _operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return (ops,)
+    w, idx = ops
+    g = op.attrs["dimension_numbers"]
+    if not isinstance(g, GatherDims) or w.layout.partial or idx.layout.partial:
+        return (ctx.unsupported(op, "a gather of partial values or without dimension numbers"),)
+    if g.operand_batching_dims:
+        return (ctx.unsupported(op, "a batched gather"),)
+    sizes = list(op.attrs["slice_sizes"])  # type: ignore[arg-type]
+    wlocal = w.layout.local_shape(w.term.type.shape, ctx.mesh)
+    for d in g.start_index_map:
+        if w.layout.dims[d]:
+            return (ctx.unsupported(op, f"gathering along operand dim {d}, which is split over "
+                                    f"{list(w.layout.dims[d])} (vocab-parallel lookup needs masking)"),)
+    offset_src = [d for d in range(len(sizes)) if d not in g.collapsed_slice_dims]
+    for d in offset_src:
+        if w.layout.dims[d] and sizes[d] != wlocal[d]:
+            return (ctx.unsupported(op, f"a partial slice of split operand dim {d}"),)
+    batch_idx = [d for d in range(idx.term.type.rank) if d != g.index_vector_dim]
+    out_rank = op.result.tensor.rank
+    out_dims: list[tuple[str, ...]] = []
+    gshape: list[int] = []
+    bi = oi = 0
+    for j in range(out_rank):
+        if j in g.offset_dims:
+            d = offset_src[oi]
+            oi += 1
+            out_dims.append(w.layout.dims[d])
+            gshape.append(w.term.type.shape[d] if w.layout.dims[d] else sizes[d])
+        else:
+            d = batch_idx[bi]
+            bi += 1
+            out_dims.append(idx.layout.dims[d])
+            gshape.append(idx.term.type.shape[d])
+    try:
+        layout = Layout(tuple(out_dims))
+    except ShardingError:
+        return (ctx.fail(op, "gather output would use a mesh axis twice", evidence=True),)
+    gsizes = tuple(w.term.type.shape[d] if w.layout.dims[d] else sizes[d] for d in range(len(sizes)))
+    attrs = (("dimension_numbers", g), ("slice_sizes", gsizes))
+    term = ctx.terms.apply("gather", (w.term, idx.term), attrs, TensorType(tuple(gshape), op.result.tensor.dtype))
+    return (Holds(term, layout),)

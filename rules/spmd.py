@@ -1,0 +1,426 @@
+"""Transfer rules for how values are spread over devices (DESIGN §3).
+
+Elementwise ops on shards and on partial values, contractions and reductions over split dims (which
+make values partial), and the collectives that combine them again. Each rule is a function
+`(ctx, op, facts) -> facts` registered in `semantics.OPS`. A rule either derives `Holds` for its result
+or says why not: with `evidence=True` when the layouts contradict each other (the program is wrong), with
+`evidence=False` when we merely cannot tell (the verdict is then `unknown`).
+"""
+
+from __future__ import annotations
+
+from scalify_hlo.errors import ShardingError
+from scalify_hlo.facts import Ctx, Fact, Failed, Holds, TupleFact, Varying, join, view
+from scalify_hlo.ir import Literal, Op, Region, TensorType
+from scalify_hlo.mesh import Layout, Reducer, axes_of_groups, shift_of_pairs
+from scalify_hlo.terms import Term, scalar_value
+
+REDUCER_OF_OP = {"add": Reducer.SUM, "maximum": Reducer.MAX, "minimum": Reducer.MIN,
+                 "multiply": Reducer.PROD, "and": Reducer.AND, "or": Reducer.OR}
+COLLECTIVE_NAME = {Reducer.SUM: "psum", Reducer.MAX: "pmax", Reducer.MIN: "pmin", Reducer.PROD: "pprod",
+                   Reducer.AND: "pand", Reducer.OR: "por"}
+
+
+def reducer_of(region: Region) -> Reducer | None:
+    """The reducer of a two-argument region that applies one associative op to its arguments."""
+    if len(region.args) != 2 or len(region.ops) != 1 or len(region.results) != 1:
+        return None
+    (op,) = region.ops
+    if op.results != region.results or set(op.operands) != set(region.args):
+        return None
+    return REDUCER_OF_OP.get(op.opcode)
+
+
+def _axes(ctx: Ctx, axes: tuple[str, ...] | frozenset[str]) -> str:
+    return "{" + ", ".join(f'"{a}"' for a in sorted(axes)) + "}"
+
+
+def _is_zero(t: Term) -> bool:
+    v = scalar_value(t)
+    return v is not None and v == 0.0
+
+
+# ---------------------------------------------------------------------------------------- elementwise
+
+def _partial_allowed(opcode: str, partial: list[bool], reducer: Reducer, terms: list[Term]) -> bool:
+    """Whether `opcode` applied devicewise and then reduced equals the op applied to the reduced values.
+
+    SUM: the op must be linear in the partial operands (all of them jointly), every other operand
+    constant over the reduced devices. MAX/MIN: the op must be monotone in the partial operands.
+    A literal zero is a partial value of any reducer (the sum of zeros is zero)."""
+    n = len(partial)
+    if reducer is Reducer.SUM:
+        if opcode in ("add", "subtract"):
+            return all(partial)
+        if opcode in ("negate", "convert", "copy", "real", "imag", "bitcast_convert_float"):
+            return True
+        if opcode == "multiply":
+            return sum(partial) == 1
+        if opcode == "divide":
+            return partial == [True, False]
+        if opcode == "select":
+            return not partial[0] and all(partial[1:])
+        return False
+    if reducer in (Reducer.MAX, Reducer.MIN):
+        if opcode in ("maximum", "minimum", "convert", "copy"):
+            return True
+        if opcode in ("add", "subtract"):
+            return partial[0] and (n == 1 or not any(partial[1:])) if opcode == "subtract" else sum(partial) == 1
+        if opcode == "select":
+            return not partial[0] and all(partial[1:])
+    return False
+
+
+def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    holds = list(facts)
+    if any(isinstance(f, Varying) for f in holds):
+        computed = ctx.varying(op, facts)
+        if computed is not None:
+            return (computed,)
+        holds = [ctx.lift(f) if isinstance(f, Varying) else f for f in holds]
+    for f in holds:
+        if isinstance(f, Failed):
+            return (Failed(f.reason, op, f.evidence, True, f.origin),)
+    hs = [f for f in holds if isinstance(f, Holds)]
+    if len(hs) != len(holds):
+        return (ctx.unsupported(op, "operands that are not tensors"),)
+    zero_like = [_is_zero(h.term) and not h.layout.partial for h in hs]
+    partials = {h.layout.partial for h, z in zip(hs, zero_like, strict=True) if h.layout.partial and not z}
+    origin = next((h.origin for h in hs if h.layout.partial), None)
+    if len(partials) > 1:
+        return (ctx.fail(op, f"{op.opcode} combines values partial over different axes "
+                         f"({'; '.join(ctx.describe(Layout((), p)) for p in partials)})", evidence=True,
+                         origin=origin),)
+    partial = next(iter(partials), ())
+    if partial:
+        reducers = {r for _, r in partial}
+        is_partial = [bool(h.layout.partial) or z for h, z in zip(hs, zero_like, strict=True)]
+        axes = frozenset(a for a, _ in partial)
+        if len(reducers) != 1 or not _partial_allowed(op.opcode, is_partial, next(iter(reducers)),
+                                                     [h.term for h in hs]):
+            r = next(iter(reducers))
+            return (ctx.fail(
+                op, f"{op.opcode} is applied to a value that is still partial over {_axes(ctx, axes)} "
+                f"(each device holds a partial {r.value}); a {COLLECTIVE_NAME[r]} over {_axes(ctx, axes)} "
+                "is missing before it", evidence=True, origin=origin,
+                expected="no partial axes", found=ctx.describe(Layout((), partial))),)
+    dims = join([Layout(h.layout.dims) for h in hs])
+    if dims is None:
+        return (_misaligned(ctx, op, hs),)
+    try:
+        target = Layout(dims.dims, partial)
+    except ShardingError:
+        return (_misaligned(ctx, op, hs),)
+    terms = []
+    for h in hs:
+        t = view(h.term, h.layout, target.dims, ctx.mesh, ctx.terms)
+        if t is None:
+            return (_misaligned(ctx, op, hs),)
+        terms.append(t)
+    gtype = TensorType(terms[0].type.shape, op.result.tensor.dtype)
+    term = ctx.terms.apply(op.opcode, tuple(terms), term_attrs(op), gtype)
+    return (Holds(term, target, origin if partial else None),)
+
+
+def _misaligned(ctx: Ctx, op: Op, hs: list[Holds]) -> Failed:
+    found = "; ".join(ctx.describe(h.layout) for h in hs)
+    return ctx.fail(op, f"{op.opcode} combines shards that do not line up: its operands are laid out as "
+                    f"{found}", evidence=True, found=found)
+
+
+# ------------------------------------------------------------------------------------------- contractions
+
+def dot_general(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    lhs, rhs = (ctx.lift(f) if isinstance(f, Varying) else f for f in facts)
+    if not isinstance(lhs, Holds) or not isinstance(rhs, Holds):
+        bad = lhs if isinstance(lhs, Failed) else rhs
+        if isinstance(bad, Failed):
+            return (Failed(bad.reason, op, bad.evidence, True, bad.origin),)
+        return (ctx.unsupported(op, "operands that are not tensors"),)
+    dims = op.attrs.get("dot_dimension_numbers")
+    from scalify_hlo.ir import DotDims
+
+    if not isinstance(dims, DotDims):
+        dims = DotDims((), (), (lhs.term.type.rank - 1,), (0,))
+    if lhs.layout.partial and rhs.layout.partial:
+        return (ctx.fail(op, "dot_general of two partial values: the products of partial sums are not the "
+                         "product of the sums; a psum is missing", evidence=True, origin=lhs.origin),)
+    partial_in = lhs.layout.partial or rhs.layout.partial
+    origin = lhs.origin if lhs.layout.partial else rhs.origin
+    ld, rd = list(lhs.layout.dims), list(rhs.layout.dims)
+    lt, rt = lhs.term, rhs.term
+    # Batch and contracting dims must be split alike on both sides; where one side is replicated over
+    # the other side's axes, view it as the tiled tensor (the same rule as elementwise operands).
+    for li, ri in (*zip(dims.lhs_batch, dims.rhs_batch, strict=True),
+                   *zip(dims.lhs_contract, dims.rhs_contract, strict=True)):
+        if ld[li] == rd[ri]:
+            continue
+        a, b = ld[li], rd[ri]
+        if b == a[len(a) - len(b):] and not (set(a) - set(b)) & (rhs.layout.split_axes() | rhs.layout.partial_axes()):
+            rt = ctx.terms.tile(rt, ri, ctx.mesh.size_of(a[: len(a) - len(b)]))
+            rd[ri] = a
+        elif a == b[len(b) - len(a):] and not (set(b) - set(a)) & (lhs.layout.split_axes() | lhs.layout.partial_axes()):
+            lt = ctx.terms.tile(lt, li, ctx.mesh.size_of(b[: len(b) - len(a)]))
+            ld[li] = b
+        else:
+            return (ctx.fail(op, f"dot_general contracts or batches dims split differently: lhs dim {li} over "
+                             f"{_axes(ctx, frozenset(a))}, rhs dim {ri} over {_axes(ctx, frozenset(b))}",
+                             evidence=True, found=f"{ctx.describe(lhs.layout)} · {ctx.describe(rhs.layout)}"),)
+    contracted = [a for i in dims.lhs_contract for a in ld[i]]
+    lhs_free = [i for i in range(len(ld)) if i not in dims.lhs_batch and i not in dims.lhs_contract]
+    rhs_free = [i for i in range(len(rd)) if i not in dims.rhs_batch and i not in dims.rhs_contract]
+    out_dims = [ld[i] for i in dims.lhs_batch] + [ld[i] for i in lhs_free] + [rd[i] for i in rhs_free]
+    partial = dict(partial_in)
+    if partial and any(r is not Reducer.SUM for r in partial.values()):
+        return (ctx.fail(op, "dot_general of a value partial under max/min", evidence=True, origin=origin),)
+    for a in contracted:
+        partial[a] = Reducer.SUM
+    try:
+        layout = Layout(tuple(out_dims), tuple(partial.items()))
+    except ShardingError:
+        return (ctx.fail(op, "dot_general's result would use one mesh axis twice (both operands' free dims "
+                         "are split over it): each device multiplies unrelated blocks", evidence=True,
+                         found=f"{ctx.describe(lhs.layout)} · {ctx.describe(rhs.layout)}"),)
+    gtype = TensorType(
+        tuple(lt.type.shape[i] for i in dims.lhs_batch) + tuple(lt.type.shape[i] for i in lhs_free)
+        + tuple(rt.type.shape[i] for i in rhs_free), op.result.tensor.dtype)
+    term = ctx.terms.apply("dot_general", (lt, rt), (("dot_dimension_numbers", dims),), gtype)
+    return (Holds(term, layout, op if contracted else origin),)
+
+
+def reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    n = len(op.results)
+    if n != 1:
+        return tuple(ctx.unsupported(op, "variadic reduce (argmax-style) is not supported yet") for _ in range(n))
+    x, init = (ctx.lift(f) if isinstance(f, Varying) else f for f in facts)
+    for f in (x, init):
+        if isinstance(f, Failed):
+            return (Failed(f.reason, op, f.evidence, True, f.origin),)
+    if not isinstance(x, Holds) or not isinstance(init, Holds):
+        return (ctx.unsupported(op, "operands that are not tensors"),)
+    reducer = reducer_of(op.regions[0])
+    if reducer is None:
+        return (ctx.unsupported(op, "a reduction whose body is not a single add/max/min/mul/and/or"),)
+    red = tuple(op.attrs["dimensions"])  # type: ignore[arg-type]
+    split = [a for d in red for a in x.layout.dims[d]]
+    if init.layout.partial:
+        return (ctx.fail(op, "reduce with a partial init value", evidence=True),)
+    partial = dict(x.layout.partial)
+    if partial and any(r is not reducer for r in partial.values()):
+        r = next(iter(partial.values()))
+        return (ctx.fail(op, f"reduce {reducer.value} of a value partial under {r.value}; a "
+                         f"{COLLECTIVE_NAME[r]} is missing before it", evidence=True, origin=x.origin),)
+    if (split or partial) and not _is_identity(init.term, reducer):
+        return (ctx.fail(op, "reduce over a split dim with an init value that is not the reducer's identity: "
+                         "every device adds it once", evidence=True),)
+    for a in split:
+        partial[a] = reducer
+    layout = Layout(tuple(d for i, d in enumerate(x.layout.dims) if i not in red), tuple(partial.items()))
+    gshape = tuple(s for i, s in enumerate(x.term.type.shape) if i not in red)
+    term = ctx.terms.apply("reduce", (x.term, init.term), (("dimensions", red), ("reducer", reducer.value)),
+                           TensorType(gshape, op.result.tensor.dtype))
+    return (Holds(term, layout, op if split else x.origin),)
+
+
+def _is_identity(t: Term, reducer: Reducer) -> bool:
+    v = scalar_value(t)
+    if v is None:
+        return False
+    ident = {Reducer.SUM: 0.0, Reducer.PROD: 1.0, Reducer.MAX: float("-inf"), Reducer.MIN: float("inf"),
+             Reducer.OR: 0.0, Reducer.AND: 1.0}[reducer]
+    if reducer in (Reducer.MAX, Reducer.MIN) and t.type.dtype.startswith(("i", "ui")):
+        return True  # integer max/min inits are the type's extreme values
+    return v == ident
+
+
+# --------------------------------------------------------------------------------------------- collectives
+
+def _groups_axes(ctx: Ctx, op: Op) -> tuple[str, ...] | Failed:
+    groups = op.attrs.get("replica_groups")
+    if "channel_handle" not in op.attrs:
+        return ()  # cross-replica with one replica: every partition is its own group
+    arr = groups.array if isinstance(groups, Literal) else None
+    try:
+        import numpy as np
+
+        return axes_of_groups(arr if arr is not None else np.zeros((0,), dtype=np.int64), ctx.mesh, ctx.mesh.size)
+    except ShardingError as err:
+        return ctx.fail(op, f"{op.opcode}: {err.message}", evidence=True)
+
+
+def all_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    axes = _groups_axes(ctx, op)
+    reducer = reducer_of(op.regions[0]) if op.regions else None
+    out: list[Fact] = []
+    for f, res in zip(facts, op.results, strict=True):
+        if isinstance(axes, Failed):
+            out.append(axes)
+        elif reducer is None:
+            out.append(ctx.unsupported(op, "an all-reduce whose body is not a single add/max/min/mul/and/or"))
+        else:
+            out.append(_all_reduce_one(ctx, op, ctx.lift(f) if isinstance(f, Varying) else f, axes, reducer))
+    return tuple(out)
+
+
+def _all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: Reducer) -> Fact:
+    if isinstance(f, Failed):
+        return Failed(f.reason, op, f.evidence, True, f.origin)
+    if not isinstance(f, Holds):
+        return ctx.unsupported(op, "an all-reduce of a non-tensor")
+    layout, term = f.layout, f.term
+    partial = dict(layout.partial)
+    remaining = set(partial) - set(axes)
+    for a in axes:
+        if a in partial:
+            if partial[a] is not reducer:
+                return ctx.fail(op, f"all-reduce {reducer.value} over {_axes(ctx, frozenset(axes))} but the value "
+                                f"is partial under {partial[a].value} over \"{a}\"", evidence=True,
+                                origin=f.origin, expected=f"{COLLECTIVE_NAME[partial[a]]}",
+                                found=f"{COLLECTIVE_NAME[reducer]}")
+            del partial[a]
+        elif a in layout.split_axes():
+            return ctx.fail(op, f"all-reduce over {_axes(ctx, frozenset(axes))} adds up different shards: the "
+                            f"value is split over \"{a}\" ({ctx.describe(layout)})", evidence=True,
+                            found=ctx.describe(layout))
+        elif reducer is Reducer.SUM:
+            # Summing n copies of the same value is n times the value: a new value, not the old one.
+            n = ctx.mesh.axis_size(a)
+            scale = ctx.terms.scalar(float(n), term.type.dtype)
+            bcast = ctx.terms.apply("broadcast_in_dim", (scale,), (("broadcast_dimensions", ()),), term.type)
+            term = ctx.terms.apply("multiply", (term, bcast), (), term.type)
+        elif reducer is Reducer.PROD:
+            return ctx.unsupported(op, "product all-reduce of replicated values")
+    return Holds(term, Layout(layout.dims, tuple(partial.items())), f.origin if remaining else None)
+
+
+def all_gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    axes = _groups_axes(ctx, op)
+    dim = int(op.attrs["all_gather_dim"])  # type: ignore[arg-type]
+    out: list[Fact] = []
+    for f in facts:
+        f = ctx.lift(f) if isinstance(f, Varying) else f
+        if isinstance(axes, Failed) or isinstance(f, Failed):
+            bad = axes if isinstance(axes, Failed) else f
+            assert isinstance(bad, Failed)
+            out.append(bad if bad is axes else Failed(bad.reason, op, bad.evidence, True, bad.origin))
+            continue
+        if not isinstance(f, Holds):
+            out.append(ctx.unsupported(op, "an all-gather of a non-tensor"))
+            continue
+        have = f.layout.dims[dim]
+        if f.layout.partial_axes() & set(axes):
+            out.append(ctx.fail(op, f"all-gather over {_axes(ctx, frozenset(axes))} of a value that is partial "
+                                "over them: a psum (or reduce-scatter) was meant", evidence=True, origin=f.origin))
+        elif have[len(have) - len(axes):] == axes and axes:
+            dims = list(f.layout.dims)
+            dims[dim] = have[: len(have) - len(axes)]
+            out.append(Holds(f.term, Layout(tuple(dims), f.layout.partial), f.origin))
+        elif set(axes) & set(have):
+            out.append(ctx.fail(op, f"all-gather along dim {dim} over {list(axes)} but the dim is split over "
+                                f"{list(have)}: the group order does not match the shard order", evidence=True,
+                                expected=f"gather over the minor axes {list(have)}", found=str(list(axes))))
+        elif set(axes) & f.layout.split_axes():
+            out.append(ctx.fail(op, f"all-gather along dim {dim} over {list(axes)}, but the value is split over "
+                                f"them along another dim ({ctx.describe(f.layout)})", evidence=True))
+        else:
+            out.append(Holds(ctx.terms.tile(f.term, dim, ctx.mesh.size_of(axes)), f.layout, f.origin))
+    return tuple(out)
+
+
+def reduce_scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    axes = _groups_axes(ctx, op)
+    reducer = reducer_of(op.regions[0]) if op.regions else None
+    dim = int(op.attrs["scatter_dimension"])  # type: ignore[arg-type]
+    (f,) = facts
+    if isinstance(axes, Failed):
+        return (axes,)
+    if reducer is None:
+        return (ctx.unsupported(op, "a reduce-scatter whose body is not a single add/max/min"),)
+    reduced = _all_reduce_one(ctx, op, ctx.lift(f) if isinstance(f, Varying) else f, axes, reducer)
+    if not isinstance(reduced, Holds):
+        return (reduced,)
+    dims = list(reduced.layout.dims)
+    dims[dim] = (*dims[dim], *axes)
+    return (Holds(reduced.term, Layout(tuple(dims), reduced.layout.partial), reduced.origin),)
+
+
+def all_to_all(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    axes = _groups_axes(ctx, op)
+    split = int(op.attrs["split_dimension"])  # type: ignore[arg-type]
+    concat = int(op.attrs["concat_dimension"])  # type: ignore[arg-type]
+    out: list[Fact] = []
+    for f in facts:
+        f = ctx.lift(f) if isinstance(f, Varying) else f
+        if isinstance(axes, Failed):
+            out.append(axes)
+            continue
+        if not isinstance(f, Holds):
+            out.append(f if isinstance(f, Failed) else ctx.unsupported(op, "an all-to-all of a non-tensor"))
+            continue
+        have = f.layout.dims[concat]
+        if have[len(have) - len(axes):] != axes or not axes or (split != concat and f.layout.dims[split] and False):
+            out.append(ctx.fail(op, f"all-to-all over {list(axes)} concatenates along dim {concat}, which is split "
+                                f"over {list(have)}: the groups do not match the shards", evidence=True))
+            continue
+        dims = list(f.layout.dims)
+        dims[concat] = have[: len(have) - len(axes)]
+        dims[split] = (*dims[split], *axes)
+        out.append(Holds(f.term, Layout(tuple(dims), f.layout.partial), f.origin))
+    return tuple(out)
+
+
+def collective_permute(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    (f,) = facts
+    f = ctx.lift(f) if isinstance(f, Varying) else f
+    if not isinstance(f, Holds):
+        return (f if isinstance(f, Failed) else ctx.unsupported(op, "a permute of a non-tensor"),)
+    pairs = op.attrs.get("source_target_pairs")
+    if not isinstance(pairs, Literal):
+        return (ctx.unsupported(op, "collective-permute without source-target pairs"),)
+    shift = shift_of_pairs(pairs.array, ctx.mesh)
+    if shift is None:
+        return (ctx.unsupported(op, "a collective-permute that is not a cyclic shift along one mesh axis"),)
+    axis, k = shift
+    if axis in f.layout.partial_axes() or axis not in f.layout.split_axes():
+        return (f,)  # a permutation of identical copies (or of the summands of a partial sum) changes nothing
+    d = next(i for i, dd in enumerate(f.layout.dims) if axis in dd)
+    if f.layout.dims[d] != (axis,):
+        return (ctx.unsupported(op, "a shift along an axis that shares its dim with other axes"),)
+    block = f.term.type.shape[d] // ctx.mesh.axis_size(axis)
+    term = ctx.terms.mk("roll", (f.term,), (("dim", d), ("shift", k * block)), f.term.type)
+    return (Holds(term, f.layout, f.origin),)
+
+
+def partition_id(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    import numpy as np
+
+    ids = np.arange(ctx.mesh.size, dtype=np.uint32)
+    return (Varying(ids, op.result.tensor),)
+
+
+def replica_id(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    import numpy as np
+
+    return (Varying(np.zeros(ctx.mesh.size, dtype=np.uint32), op.result.tensor),)
+
+
+def identity(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """Ops that only annotate (sharding constraints, optimization barriers, copies)."""
+    return facts[: len(op.results)] if len(facts) >= len(op.results) else facts
+
+
+def tuple_(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    return (TupleFact(facts),)
+
+
+def get_tuple_element(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    (f,) = facts
+    if isinstance(f, TupleFact):
+        return (f.elements[int(op.attrs["index"])],)  # type: ignore[arg-type]
+    return (f,)
+
+
+def term_attrs(op: Op) -> tuple[tuple[str, object], ...]:
+    from scalify_hlo.semantics import term_attrs as _ta
+
+    return _ta(op)

@@ -1,0 +1,249 @@
+"""The forward derivation of `Holds` facts through a program (the Datalog part of DESIGN §3).
+
+The dataflow graph is acyclic inside a region, so the least fixpoint of the transfer rules is one pass
+in program order; `while` bodies are handled by induction (see `engine.py`). The same driver reads the
+before program: with a one-device mesh every fact is `Holds(term, replicated)`, so the before program's
+terms come out of the very same rules, and structurally equal computations meet as the same term.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .errors import ShardingError
+from .facts import Ctx, Fact, Failed, Holds, Varying, constant_term, view
+from .ir import Op, Region, TensorType, Value
+from .mesh import Layout, Mesh
+from .program import manual_layouts
+from .semantics import IDENTITY_CUSTOM_CALLS, OPS
+from .terms import Term, Terms
+
+# Small device-varying values (offsets, masks of shard bounds) are evaluated per device; past this many
+# elements across all devices they are not, and the value must be understood symbolically instead.
+VARYING_LIMIT = 1 << 22
+FOLD_LIMIT = 1 << 20
+
+# Ops whose per-device evaluation is index arithmetic, worth doing numerically.
+_VARYING_OPS = frozenset({
+    "abs", "add", "and", "broadcast_in_dim", "clamp", "compare", "concatenate", "convert", "divide",
+    "dynamic_slice", "maximum", "minimum", "multiply", "negate", "not", "or", "remainder", "reshape",
+    "select", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "slice", "subtract",
+    "transpose", "xor", "iota",
+})
+
+Resync = Callable[[Holds, Op], Holds]
+Loops = Callable[["Deriver", Op, tuple[Fact, ...]], tuple[Fact, ...]]
+
+
+class Deriver:
+    """Derives a fact for every value of a function, given facts for its parameters."""
+
+    def __init__(self, terms: Terms, mesh: Mesh, resync: Resync | None = None,
+                 known: Callable[[Term], int] | None = None, loops: Loops | None = None) -> None:
+        self.terms = terms
+        self.mesh = mesh
+        self.facts: dict[Value, Fact] = {}
+        self.resync = resync
+        self.ctx = Ctx(terms, mesh, self.fold, self.lift, self.varying, known or (lambda t: 0))
+        self._fold_cache: dict[int, np.ndarray | None] = {}
+        self.hooks: dict[str, Callable[[Deriver, Op, tuple[Fact, ...]], tuple[Fact, ...]]] = {
+            "custom_call": _custom_call,
+            "manual_computation": _manual,
+            "while": loops if loops is not None else _while_terms,
+        }
+
+    # -- driving ----------------------------------------------------------------------------------------
+    def region(self, region: Region, args: Sequence[Fact]) -> tuple[Fact, ...]:
+        for v, f in zip(region.args, args, strict=True):
+            self.facts[v] = f
+        for op in region.ops:
+            self.op(op)
+        return tuple(self.facts[v] for v in region.results)
+
+    def op(self, op: Op) -> None:
+        facts = tuple(self.facts[v] for v in op.operands)
+        failed = next((f for f in facts if isinstance(f, Failed)), None)
+        out: tuple[Fact, ...]
+        if failed is not None and op.opcode not in ("tuple", "get_tuple_element"):
+            up = dataclasses.replace(failed, upstream=True)
+            out = tuple(up for _ in op.results)
+        elif op.opcode in self.hooks:
+            out = self.hooks[op.opcode](self, op, facts)
+        elif (sem := OPS.get(op.opcode)) is not None:
+            out = sem.transfer(self.ctx, op, facts)
+        else:
+            out = tuple(self.ctx.unsupported(op, "no transfer rule for this op") for _ in op.results)
+        if len(out) != len(op.results):
+            out = tuple(self.ctx.unsupported(op, "results that do not match the rule") for _ in op.results)
+        if self.resync is not None:
+            out = tuple(self.resync(f, op) if isinstance(f, Holds) and not f.layout.partial else f for f in out)
+        for v, f in zip(op.results, out, strict=True):
+            self.facts[v] = f
+
+    # -- device-varying values ----------------------------------------------------------------------------
+    def fold(self, term: Term) -> np.ndarray | None:
+        """The value of a term built only from constants and iotas, if it is small."""
+        if term.id in self._fold_cache:
+            return self._fold_cache[term.id]
+        result = None
+        if term.type.size <= FOLD_LIMIT and term.op not in ("param", "var"):
+            from . import termeval
+
+            result = termeval.evaluate_constant(term)
+        self._fold_cache[term.id] = result
+        return result
+
+    def varying(self, op: Op, facts: tuple[Fact, ...]) -> Fact | None:
+        if op.opcode not in _VARYING_OPS or len(op.results) != 1:
+            return None
+        n = self.mesh.size
+        out_t = op.result.tensor
+        if out_t.size * n > VARYING_LIMIT:
+            return None
+        arrays = []
+        for f in facts:
+            if isinstance(f, Varying):
+                arrays.append(f.values)
+            elif isinstance(f, Holds) and not f.layout.partial and not f.layout.split_axes():
+                folded = self.fold(f.term)
+                if folded is None:
+                    return None
+                arrays.append(np.broadcast_to(folded, (n, *folded.shape)))
+            else:
+                return None
+        from .kernels import KERNELS
+
+        kernel = KERNELS.get(op.opcode)
+        if kernel is None:
+            return None
+        (values,) = kernel(op, arrays)
+        result = Varying(np.asarray(values), out_t)
+        if out_t.rank >= 1 and out_t.size > 1:
+            lifted = self.lift(result)
+            if isinstance(lifted, Holds) and lifted.term.op in ("iota", "broadcast_in_dim"):
+                return lifted  # a shard of a symbolic tensor (GSPMD's iota + offset): keep the symbol
+        return result
+
+    def lift(self, f: Fact) -> Fact:
+        """A device-varying value as the shard of a constant tensor under some layout, if it is one."""
+        if not isinstance(f, Varying):
+            return f
+        values = np.asarray(f.values)
+        t = f.type
+        if np.all(values == values[:1]):
+            return Holds(constant_term(values[0], t, self.terms), Layout.replicated(t.rank))
+        grid = values[self.mesh.device_array().reshape(-1)].reshape((*self.mesh.shape, *t.shape))
+        varying_axes = tuple(
+            name for i, name in enumerate(self.mesh.names)
+            if not np.all(grid == np.take(grid, [0], axis=i)))
+        from itertools import permutations
+
+        from .numeric import assemble, shard
+
+        for d in range(t.rank):
+            for order in permutations(varying_axes):
+                layout = Layout(tuple(order if i == d else () for i in range(t.rank)))
+                try:
+                    full = assemble(values, layout, self.mesh)
+                    again = shard(full, layout, self.mesh)
+                except (ShardingError, ValueError):
+                    continue
+                if again.shape == values.shape and np.array_equal(again, values):
+                    gtype = TensorType(full.shape, t.dtype)
+                    return Holds(constant_term(full, gtype, self.terms), layout)
+        return Failed("a device-dependent value that is not the shard of any tensor", None, False)
+
+
+def _while_terms(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """A loop of the reference program: its results are terms of the loop itself (body, condition and
+    initial values), which the after program's loop is proven to reproduce by induction (engine.py)."""
+    from .semantics import region_key
+
+    inits: list[Term] = []
+    for f in facts:
+        g = d.lift(f)
+        if not isinstance(g, Holds) or g.layout != Layout.replicated(g.term.type.rank):
+            return tuple(d.ctx.unsupported(op, "a loop over values that are not global") for _ in op.results)
+        inits.append(g.term)
+    captured = _captured(op)
+    for v in captured:
+        g = d.lift(d.facts[v])
+        if not isinstance(g, Holds):
+            return tuple(d.ctx.unsupported(op, "a loop that captures a non-tensor") for _ in op.results)
+        inits.append(g.term)
+    keys = (("cond", region_key(op.regions[0])), ("body", region_key(op.regions[1])))
+    out: list[Fact] = []
+    for k, r in enumerate(op.results):
+        t = r.tensor
+        out.append(Holds(d.terms.mk("while", tuple(inits), (*keys, ("index", k)), t), Layout.replicated(t.rank)))
+    return tuple(out)
+
+
+def _captured(op: Op) -> list[Value]:
+    """Values a region op uses from outside its regions (StableHLO regions may capture)."""
+    from .ir import walk
+
+    defined: set[Value] = set()
+    used: list[Value] = []
+    for region in op.regions:
+        defined.update(region.args)
+        for inner in walk(region.ops):
+            defined.update(inner.results)
+            for r in inner.regions:
+                defined.update(r.args)
+    for region in op.regions:
+        for inner in walk(region.ops):
+            used.extend(v for v in inner.operands if v not in defined and v not in used)
+        used.extend(v for v in region.results if v not in defined and v not in used)
+    return used
+
+
+def _custom_call(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    target = str(op.attrs.get("call_target_name", ""))
+    if target in IDENTITY_CUSTOM_CALLS and len(facts) == len(op.results):
+        return facts
+    return tuple(d.ctx.unsupported(op, f"custom call {target!r}") for _ in op.results)
+
+
+def _manual(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """`sdy.manual_computation` (shard_map): operands are global, the body sees their shards."""
+    try:
+        ins, outs, axes = manual_layouts(op, d.mesh)
+    except ShardingError as err:
+        return tuple(d.ctx.unsupported(op, err.message) for _ in op.results)
+    if set(axes) != set(d.mesh.names) - {a for a, s in d.mesh.axes if s == 1}:
+        missing = sorted(set(d.mesh.names) - set(axes))
+        return tuple(d.ctx.unsupported(op, f"a shard_map manual over only some axes (auto: {missing})")
+                     for _ in op.results)
+    args: list[Fact] = []
+    for f, layout in zip(facts, ins, strict=True):
+        g = d.lift(f)
+        if not isinstance(g, Holds) or g.layout != Layout.replicated(layout.rank):
+            return tuple(d.ctx.unsupported(op, "a shard_map operand that is not a global value")
+                         for _ in op.results)
+        args.append(Holds(g.term, layout))
+    results = d.region(op.regions[0], args)
+    out: list[Fact] = []
+    for f, layout, res in zip(results, outs, op.results, strict=True):
+        out.append(_leave_manual(d, op, d.lift(f), layout, res))
+    return tuple(out)
+
+
+def _leave_manual(d: Deriver, op: Op, f: Fact, declared: Layout, res: Value) -> Fact:
+    if not isinstance(f, Holds):
+        return f
+    ctx = d.ctx
+    if f.layout.partial:
+        axes = ", ".join(f'"{a}"' for a, _ in f.layout.partial)
+        return ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "
+                        f"{{{axes}}} is missing", evidence=True, origin=f.origin,
+                        expected=ctx.describe(declared), found=ctx.describe(f.layout))
+    term = view(f.term, f.layout, declared.dims, d.mesh, d.terms)
+    if term is None:
+        return ctx.fail(op, f"shard_map declares its output as {ctx.describe(declared)} but the value is laid out "
+                        f"as {ctx.describe(f.layout)}", evidence=True, origin=f.origin,
+                        expected=ctx.describe(declared), found=ctx.describe(f.layout))
+    return Holds(term, Layout.replicated(declared.rank))

@@ -1,0 +1,182 @@
+"""Equality of terms by equality saturation in egglog, one small e-graph per question.
+
+The rulesets (`rules/algebra.py`) are declared once in a template e-graph; each question pushes a
+scope, feeds the two term DAGs through the low-level `egglog.bindings` (one batch of `let` actions: the
+high-level `register` costs milliseconds per expression, DESIGN §4), saturates within a budget,
+compares the e-classes and pops. Subterms both sides share are fed as opaque leaves: they are equal by
+construction and the rules need not look inside them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import egglog
+import egglog.bindings as bindings
+
+from scalify_hlo.rules import algebra
+
+from .ir import Literal
+from .terms import Term, scalar_value
+
+_SPAN = bindings.RustSpan("scalify", 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    iterations: int = 12
+    nodes: int = 50_000
+    seconds: float = 5.0
+
+
+@dataclass
+class Stats:
+    questions: int = 0
+    egraph_calls: int = 0
+    memo_hits: int = 0
+    nodes_fed: int = 0
+    max_nodes: int = 0
+    seconds: float = 0.0
+    exhausted: int = 0
+    rules_used: set[str] = field(default_factory=set)
+
+
+def _lit(v: Any) -> Any:
+    if isinstance(v, bool):
+        return bindings.Lit(_SPAN, bindings.Bool(v))
+    if isinstance(v, int):
+        return bindings.Lit(_SPAN, bindings.Int(v))
+    if isinstance(v, float):
+        return bindings.Lit(_SPAN, bindings.Float(v))
+    return bindings.Lit(_SPAN, bindings.String(str(v)))
+
+
+def _call(f: str, *args: Any) -> Any:
+    return bindings.Call(_SPAN, f, list(args))
+
+
+def _var(i: int) -> Any:
+    return bindings.Var(_SPAN, f"$t{i}")
+
+
+def type_text(t: Term) -> str:
+    return f"{t.type.dtype}[{','.join(map(str, t.type.shape))}]"
+
+
+def attr_text(attrs: Iterable[tuple[str, Any]]) -> str:
+    """Attributes as a canonical string; literals by content hash (their repr elides values)."""
+    parts = []
+    for k, v in attrs:
+        if isinstance(v, Literal):
+            digest = hashlib.sha1(v.array.tobytes() + str(v.array.shape).encode()).hexdigest()[:16]
+            v = f"lit:{v.dtype}:{digest}"
+        parts.append(f"{k}={v!r}")
+    return ";".join(parts)
+
+
+class EGraph:
+    """The template e-graph (rules declared once) and the questions asked of it."""
+
+    def __init__(self, budget: Budget | None = None) -> None:
+        self.budget = budget or Budget()
+        self.stats = Stats()
+        high = egglog.EGraph()
+        high.register(*algebra.declare_all())
+        high.run(algebra.algebra.saturate() + algebra.tripwires.saturate())
+        self._high = high  # keeps the declarations alive
+        self.raw = high._egraph
+        self._schedule_text = self._make_schedule()
+        self._memo: dict[tuple[Any, ...], tuple[bool, ...]] = {}
+
+    def _make_schedule(self) -> str:
+        alg, trip = (str(rs.ident) for rs in (algebra.algebra, algebra.tripwires))
+        return f"(run-schedule (saturate (run {trip})) (run {alg}) (saturate (run {trip})))"
+
+    # -- feeding terms -------------------------------------------------------------------------------------
+    def _node(self, t: Term, leaves: frozenset[int]) -> Any:
+        if t.id in leaves:
+            return _call("Leaf", _lit(t.id))
+        v = scalar_value(t) if t.op in ("constant", "broadcast_in_dim") else None
+        if v is not None:
+            return _call("Splat", _lit(float(v)), _lit(type_text(t)))
+        args = [_var(a.id) for a in t.args]
+        typed = algebra.TYPED_BINARY.get(t.op) if len(args) == 2 else algebra.TYPED_UNARY.get(t.op)
+        if typed is not None:
+            return _call(typed, *args)
+        head = [_lit(t.op), _lit(type_text(t)), _lit(attr_text(t.attrs))]
+        if len(args) <= 3:
+            return _call(f"Op{len(args)}", *head, *args)
+        return _call("OpN", *head, _call("vec-of", *args))
+
+    # -- questions -------------------------------------------------------------------------------------
+    def equal(self, pairs: Sequence[tuple[Term, Term]], leaves: frozenset[int], key: tuple[Any, ...] | None = None
+              ) -> tuple[bool, ...]:
+        """For each pair, whether the rules prove both sides equal (leaves are opaque)."""
+        self.stats.questions += 1
+        if key is not None and key in self._memo:
+            self.stats.memo_hits += 1
+            return self._memo[key]
+        started = time.perf_counter()
+        self.stats.egraph_calls += 1
+        self.raw.run_program(bindings.Push(1))
+        try:
+            roots = [t for pair in pairs for t in pair]
+            fed = self._feed_pruned(roots, leaves)
+            self.stats.nodes_fed += fed
+            self.stats.max_nodes = max(self.stats.max_nodes, fed)
+            result = self._saturate_and_compare(pairs)
+        finally:
+            self.raw.run_program(bindings.Pop(_SPAN, 1))
+        self.stats.seconds += time.perf_counter() - started
+        if key is not None:
+            self._memo[key] = result
+        return result
+
+    def _feed_pruned(self, roots: Sequence[Term], leaves: frozenset[int]) -> int:
+        order: list[Term] = []
+        seen: set[int] = set()
+        stack: list[tuple[Term, bool]] = [(r, False) for r in reversed(roots)]
+        while stack:
+            t, expanded = stack.pop()
+            if t.id in seen:
+                continue
+            if expanded or t.id in leaves or not t.args or scalar_value(t) is not None:
+                seen.add(t.id)
+                order.append(t)
+                continue
+            stack.append((t, True))
+            stack.extend((a, False) for a in reversed(t.args) if a.id not in seen)
+        actions = [bindings.ActionCommand(bindings.Let(_SPAN, f"$t{t.id}", self._node(t, leaves))) for t in order]
+        self.raw.run_program(*actions)
+        return len(actions)
+
+    def _saturate_and_compare(self, pairs: Sequence[tuple[Term, Term]]) -> tuple[bool, ...]:
+        def same(a: Term, b: Term) -> bool:
+            return bool(self.raw.eval_expr(_var(a.id))[1] == self.raw.eval_expr(_var(b.id))[1])
+
+        done = [a.id == b.id or same(a, b) for a, b in pairs]
+        if all(done):
+            return tuple(done)
+        deadline = time.perf_counter() + self.budget.seconds
+        schedule = self.raw.parse_program(self._schedule_text)
+        for _ in range(self.budget.iterations):
+            reports = self.raw.run_program(*schedule)
+            done = [d or same(a, b) for d, (a, b) in zip(done, pairs, strict=True)]
+            if all(done) or not _changed(reports):
+                break
+            if time.perf_counter() > deadline:
+                self.stats.exhausted += 1
+                break
+        return tuple(done)
+
+
+def _changed(reports: Any) -> bool:
+    for r in reports:
+        report = getattr(r, "report", None)
+        if report is not None and getattr(report, "updated", True):
+            return True
+    return False

@@ -1,0 +1,300 @@
+"""The prover's driver: both programs into one term table, `Holds` facts forward, outputs checked.
+
+`verify(before, after)` reads both modules, derives the before program's terms (one-device mesh) and
+the after program's facts (its mesh, parameters seeded from their shardings), keeps the two in step
+(`sync.py`), and checks every output: the fact must be resolved, laid out as declared, and its term
+proven equal to the reference's. Only then is the verdict `Equivalent`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import parsers
+from .derive import Deriver
+from .egraph import Budget, EGraph
+from .errors import MismatchError, Span
+from .facts import Fact, Failed, Holds, Varying, view
+from .ir import Module, Op, TensorType, walk
+from .localize import localize_failure, localize_mismatch
+from .mesh import Layout, Mesh
+from .program import Program, prepare
+from .report import Discrepancy, Equivalent, Finding, OutputProof, Report, Unknown
+from .sync import Sync
+from .terms import Term, Terms
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    numeric: bool = False
+    budget: Budget = field(default_factory=Budget)
+    seed: int = 0
+    numeric_limit: int = 1 << 24  # elements: term evaluation for counterexamples only below this
+
+
+def load(source: str | Path | Module) -> Module:
+    return source if isinstance(source, Module) else parsers.load(source)
+
+
+def verify(before: str | Path | Module, after: str | Path | Module, options: Options | None = None) -> Report:
+    """Prove `after` (partitioned HLO or shard_map StableHLO) equivalent to the single-device `before`."""
+    opts = options or Options()
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    bm, am = load(before), load(after)
+    timings["parse"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    bp = prepare(bm)
+    ap = prepare(am, hint=bp.mesh if bp.mesh.size == am.num_partitions else None)
+    timings["mesh"] = time.perf_counter() - t0
+    _check_pair(bp, ap)
+    prover = _Prover(bp, ap, opts)
+    report = prover.run()
+    timings.update(prover.timings)
+    stats = {
+        "seconds": round(time.perf_counter() - started, 3),
+        "stages": {k: round(v, 4) for k, v in timings.items()},
+        "ops": sum(1 for _ in walk(ap.func.body.ops)),
+        "before_ops": sum(1 for _ in walk(bp.func.body.ops)),
+        "mesh": ap.mesh.describe(),
+        "after_form": ap.form,
+        "terms": len(prover.terms),
+        "egraph_calls": prover.egraph.stats.egraph_calls,
+        "egraph_memo_hits": prover.egraph.stats.memo_hits,
+        "egraph_max_nodes": prover.egraph.stats.max_nodes,
+        "egraph_seconds": round(prover.egraph.stats.seconds, 4),
+        "resynced": prover.sync.stats.resynced if prover.sync else 0,
+    }
+    return Report(report.verdict, str(bm.path), str(am.path), stats, report.notes, report.numeric)
+
+
+def _check_pair(bp: Program, ap: Program) -> None:
+    """Inputs the two programs cannot be compared on at all: that is bad input (exit 3), not a verdict."""
+    b, a = bp.func, ap.func
+    if len(b.params) != len(a.params):
+        raise MismatchError(Span(ap.path), f"the after program has {len(a.params)} parameters, the before program "
+                            f"{len(b.params)}; expected the same inputs in the same order")
+    if len(b.outputs) != len(a.outputs):
+        raise MismatchError(Span(ap.path), f"the after program has {len(a.outputs)} results, the before program "
+                            f"{len(b.outputs)}; expected the same outputs in the same order")
+    for i, (pb, pa) in enumerate(zip(b.params, a.params, strict=True)):
+        if not isinstance(pb.type, TensorType) or not isinstance(pa.type, TensorType):
+            continue
+        if pb.type.dtype != pa.type.dtype:
+            raise MismatchError(Span(ap.path), f"parameter {i} is {pa.type} after but {pb.type} before; "
+                                "expected the same element type")
+        layout = ap.in_layouts[i] if ap.form == "spmd" else None
+        want = layout.local_shape(pb.type.shape, ap.mesh) if layout is not None else pb.type.shape
+        if tuple(pa.type.shape) != tuple(want):
+            how = f"its {layout.describe(ap.mesh)} shard" if layout is not None else "the same shape"
+            raise MismatchError(Span(ap.path), f"parameter {i} is {pa.type} after but {pb.type} before; expected "
+                                f"{how}: {list(want)}")
+
+
+class _Prover:
+    def __init__(self, bp: Program, ap: Program, opts: Options) -> None:
+        self.bp, self.ap, self.opts = bp, ap, opts
+        self.terms = Terms()
+        self.egraph = EGraph(opts.budget)
+        self.sync: Sync | None = None
+        self.timings: dict[str, float] = {}
+        self.notes: list[str] = []
+
+    def run(self) -> Report:
+        bp, ap = self.bp, self.ap
+        t0 = time.perf_counter()
+        bd = Deriver(self.terms, Mesh(()))
+        params = [self.terms.param(i, p.tensor, _param_name(bp, i)) for i, p in enumerate(bp.func.params)]
+        bouts = bd.region(bp.func.body, [Holds(t, Layout.replicated(t.type.rank)) for t in params])
+        self.timings["before"] = time.perf_counter() - t0
+        before_terms: list[Term] = []
+        for j, f in enumerate(bouts):
+            g = bd.lift(f)
+            if not isinstance(g, Holds):
+                reason = g.reason if isinstance(g, Failed) else "a non-tensor result"
+                return self._report(Unknown(f"the before program's output {j} cannot be read: {reason}"))
+            before_terms.append(g.term)
+        if bp.form != "global":
+            return self._report(Unknown(f"the before program is a {bp.form} program; expected a single-device one"))
+        before_values = [f.term for f in bd.facts.values() if isinstance(f, Holds)]
+        self.sync = Sync(self.egraph, before_values)
+        self.bd = bd
+        self.loops = {
+            tuple(g.term.id for v in op.operands if isinstance(g := bd.facts.get(v), Holds)): op
+            for op in walk(bp.func.body.ops) if op.opcode == "while"}
+        t0 = time.perf_counter()
+        ad = Deriver(self.terms, ap.mesh, resync=self.sync.resync, known=self.sync.known, loops=self._induction)
+        seeds = self._seeds(params)
+        aouts = ad.region(ap.func.body, seeds)
+        self.timings["after"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        verdict = self._outputs(bd, ad, before_terms, aouts)
+        self.timings["outputs"] = time.perf_counter() - t0
+        if isinstance(verdict, Equivalent) and self.egraph.stats.egraph_calls:
+            self.notes.append("the proof used equality saturation (associativity/commutativity and exact scalings "
+                              "over the reals); floating-point results may differ by rounding")
+        return self._report(verdict)
+
+    def _induction(self, ad: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+        """A loop of the after program, proven by induction against the reference loop it starts like.
+
+        Hypothesis: on entering an iteration every carried value holds the loop variable `v_i` under the
+        layout it entered the loop with. Step: the after body maps these facts to facts holding exactly
+        what the reference body computes from the `v_i`, under the same layouts; and the conditions agree.
+        Then each result holds the reference loop's result."""
+        assert self.sync is not None
+        holds = [ad.lift(f) for f in facts]
+        if not all(isinstance(h, Holds) for h in holds):
+            bad = next(h for h in holds if not isinstance(h, Holds))
+            return tuple(bad if isinstance(bad, Failed) else ad.ctx.unsupported(op, "a loop over non-tensors")
+                         for _ in op.results)
+        hs = [h for h in holds if isinstance(h, Holds)]
+        partner = self.loops.get(tuple(h.term.id for h in hs))
+        if partner is None:
+            return tuple(ad.ctx.unsupported(op, "a loop whose initial values match no loop of the reference")
+                         for _ in op.results)
+        bd = self.bd
+        n = len(self.terms)
+        loop_vars = [self.terms.fresh(f"loop{n}.{i}", h.term.type) for i, h in enumerate(hs)]
+        b_cond = bd.region(partner.regions[0], [Holds(v, Layout.replicated(v.type.rank)) for v in loop_vars])
+        b_body = bd.region(partner.regions[1], [Holds(v, Layout.replicated(v.type.rank)) for v in loop_vars])
+        self.sync.add_before([g.term for g in (*b_cond, *b_body) if isinstance(g, Holds)])
+        a_cond = ad.region(op.regions[0], [Holds(v, h.layout) for v, h in zip(loop_vars, hs, strict=True)])
+        a_body = ad.region(op.regions[1], [Holds(v, h.layout) for v, h in zip(loop_vars, hs, strict=True)])
+        for i, (a, b, h) in enumerate(zip((*a_cond, *a_body), (*b_cond, *b_body),
+                                          (Holds(loop_vars[0], Layout(())), *hs), strict=True)):
+            a = ad.lift(a)
+            if isinstance(a, Failed):
+                return tuple(a for _ in op.results)
+            what = "condition" if i == 0 else f"carried value {i - 1}"
+            if not isinstance(a, Holds) or not isinstance(b, Holds):
+                return tuple(ad.ctx.unsupported(op, f"the loop's {what} is not a tensor fact") for _ in op.results)
+            want = Layout.replicated(0) if i == 0 else h.layout
+            if a.layout != want:
+                return tuple(ad.ctx.fail(op, f"the loop's {what} leaves an iteration as {a.layout.describe(ad.mesh)} "
+                                         f"but entered it as {want.describe(ad.mesh)}", evidence=False)
+                             for _ in op.results)
+            if not (a.term is b.term or self.sync.prove(a.term, b.term)):
+                return tuple(ad.ctx.fail(op, f"the loop body's {what} differs from the reference loop's "
+                                         "(induction step not proven)", evidence=False) for _ in op.results)
+        out: list[Fact] = []
+        for r, h in zip(partner.results, hs, strict=True):
+            g = bd.facts[r]
+            out.append(Holds(g.term, h.layout) if isinstance(g, Holds) else g)
+        return tuple(out)
+
+    def _report(self, verdict: Equivalent | Discrepancy | Unknown) -> Report:
+        return Report(verdict, self.bp.path, self.ap.path, {}, tuple(self.notes))
+
+    def _seeds(self, params: list[Term]) -> list[Fact]:
+        ap = self.ap
+        seeds: list[Fact] = []
+        for i, t in enumerate(params):
+            layout = ap.in_layouts[i] if ap.form == "spmd" else None
+            seeds.append(Holds(t, layout or Layout.replicated(t.type.rank)))
+        return seeds
+
+    def _expected_layout(self, j: int, rank: int) -> Layout | None:
+        if self.ap.form != "spmd":
+            return Layout.replicated(rank)
+        return self.ap.out_layouts[j] or self.bp.out_layouts[j]
+
+    def _outputs(self, bd: Deriver, ad: Deriver, before_terms: list[Term], aouts: tuple[Fact, ...]
+                 ) -> Equivalent | Discrepancy | Unknown:
+        assert self.sync is not None
+        proofs: list[OutputProof] = []
+        evidence: list[Finding] = []
+        doubts: list[Finding] = []
+        for j, (bt, f) in enumerate(zip(before_terms, aouts, strict=True)):
+            g = ad.lift(f) if isinstance(f, Varying) else f
+            if isinstance(g, Failed):
+                finding = localize_failure(g, j, self.bp, bd, self.ap, ad)
+                (evidence if g.evidence else doubts).append(finding)
+                continue
+            if not isinstance(g, Holds):
+                doubts.append(Finding(f"output {j} is not a tensor fact"))
+                continue
+            expected = self._expected_layout(j, bt.type.rank)
+            if g.layout.partial:
+                axes = ", ".join(f'"{a}"' for a, _ in g.layout.partial)
+                finding = localize_failure(
+                    Failed(f"output {j} is still partial over {{{axes}}}: every device holds a partial result and "
+                           f"a reduction over {{{axes}}} is missing", g.origin, True, False, g.origin,
+                           expected.describe(self.ap.mesh) if expected else "no partial axes",
+                           g.layout.describe(self.ap.mesh)), j, self.bp, bd, self.ap, ad)
+                evidence.append(finding)
+                continue
+            term = g.term
+            if expected is not None and g.layout != expected:
+                seen = view(g.term, g.layout, expected.dims, self.ap.mesh, self.terms)
+                if seen is None or expected.partial:
+                    evidence.append(Finding(
+                        f"output {j} is laid out as {g.layout.describe(self.ap.mesh)} but declared "
+                        f"{expected.describe(self.ap.mesh)}", expected=expected.describe(self.ap.mesh),
+                        found=g.layout.describe(self.ap.mesh)))
+                    continue
+                term = seen
+            if term is bt or self.sync.prove(term, bt):
+                proofs.append(OutputProof(j, (expected or g.layout).describe(self.ap.mesh)))
+                continue
+            finding = localize_mismatch(j, term, bt, self.bp, bd, self.ap, ad, self.sync)
+            cex = self._counterexample(j, term, bt)
+            if cex is not None:
+                evidence.append(Finding(finding.reason, finding.before, finding.after, finding.also,
+                                        finding.expected, finding.found, cex))
+            else:
+                doubts.append(finding)
+        if evidence:
+            return Discrepancy(tuple(evidence + doubts))
+        if doubts:
+            return Unknown(doubts[0].reason, tuple(doubts))
+        return Equivalent(tuple(proofs))
+
+    def _counterexample(self, j: int, after_term: Term, before_term: Term):  # type: ignore[no-untyped-def]
+        """Both sides evaluated on random inputs: the evidence that an unproven equality is false."""
+        from .report import Counterexample
+        from .termeval import NotEvaluable, evaluate
+
+        leaves = {t.id: t for root in (after_term, before_term) for t in root.walk() if t.op == "param"}
+        total = sum(t.type.size for root in (after_term, before_term) for t in root.walk())
+        if total > self.opts.numeric_limit:
+            return None
+        rng = np.random.default_rng(self.opts.seed)
+        env = {i: _random(t.type, rng) for i, t in leaves.items()}
+        try:
+            a = evaluate(after_term, env).astype(np.float64)
+            b = evaluate(before_term, env).astype(np.float64)
+        except (NotEvaluable, ValueError, TypeError, IndexError, KeyError, NotImplementedError):
+            return None
+        if a.shape != b.shape:
+            return None
+        diff = np.abs(a - b)
+        tol = 1e-3 + 1e-3 * np.abs(b)
+        bad = ~(diff <= tol)
+        if not bad.any():
+            self.notes.append(f"output {j}: not proven, but equal on random inputs (a rule may be missing)")
+            return None
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, diff, -1))), a.shape))
+        return Counterexample(j, idx, float(b[idx]), float(a[idx]), float(np.nanmax(diff)))
+
+
+def _random(t: TensorType, rng: np.random.Generator) -> np.ndarray:
+    from .parsers.stablehlo import numpy_dtype
+
+    if t.dtype in ("i1",):
+        return rng.integers(0, 2, t.shape).astype(bool)
+    if t.dtype.startswith(("i", "ui")):
+        return rng.integers(0, 8, t.shape).astype(numpy_dtype(t.dtype))
+    return rng.standard_normal(t.shape).astype(np.float32)
+
+
+def _param_name(p: Program, i: int) -> str:
+    locs = p.func.arg_locs
+    if i < len(locs) and locs[i].op_name:
+        return locs[i].op_name or ""
+    return f"arg{i}"

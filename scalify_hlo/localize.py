@@ -1,0 +1,103 @@
+"""Localisation: the frontier where the two programs part ways (DESIGN §5).
+
+Two kinds of failure reach here. A *layout* failure (`Failed` with evidence) already names the after op
+where facts contradict, and often the op that made the value partial (where a collective is missing):
+we add the before op that computes the same term. A *term* mismatch (every fact derived, but an output's
+term is not the reference's) is located at the frontier: the earliest after op whose value has no
+counterpart in the reference although its operands all do, and the earliest before op whose result the
+after program never reproduces although it reproduces the operands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .derive import Deriver
+from .facts import Failed, Holds
+from .ir import Op, walk
+from .program import Program
+from .report import Finding, Site
+from .sync import Sync
+from .terms import Term
+
+
+def _producers(p: Program, d: Deriver) -> dict[int, Op]:
+    """term id → the first op whose result holds that term (program order)."""
+    out: dict[int, Op] = {}
+    for op in walk(p.func.body.ops):
+        for r in op.results:
+            f = d.facts.get(r)
+            if isinstance(f, Holds) and f.term.id not in out:
+                out[f.term.id] = op
+    return out
+
+
+def _describe(f: Holds | None, p: Program) -> str | None:
+    return f.layout.describe(p.mesh) if f is not None else None
+
+
+def _fact(d: Deriver, op: Op) -> Holds | None:
+    f = d.facts.get(op.results[0]) if op.results else None
+    return f if isinstance(f, Holds) else None
+
+
+def localize_failure(f: Failed, j: int, bp: Program, bd: Deriver, ap: Program, ad: Deriver) -> Finding:
+    primary = f.origin or f.op
+    before_site = None
+    if primary is not None:
+        prod = _producers(bp, bd)
+        held = _fact(ad, primary)
+        terms = [held.term] if held is not None else []
+        terms += [g.term for v in primary.operands if isinstance(g := ad.facts.get(v), Holds)]
+        for t in terms:
+            if t.id in prod:
+                before_site = Site.of(prod[t.id], _describe(_fact(bd, prod[t.id]), bp))
+                break
+    after_site = Site.of(primary, _describe(_fact(ad, primary), ap)) if primary is not None else None
+    also = (Site.of(f.op),) if f.op is not None and primary is not f.op else ()
+    reason = f.reason if f.op is not None else f"output {j}: {f.reason}"
+    return Finding(reason, before_site, after_site, also, f.expected, f.found)
+
+
+def _subterms(t: Term) -> set[int]:
+    return {s.id for s in t.walk()}
+
+
+def _ops_in_order(p: Program) -> Iterator[Op]:
+    return walk(p.func.body.ops)
+
+
+def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, bd: Deriver,
+                      ap: Program, ad: Deriver, sync: Sync) -> Finding:
+    inside_after = _subterms(after_term)
+    after_op: Op | None = None
+    for op in _ops_in_order(ap):
+        held = _fact(ad, op)
+        if held is None or held.term.id not in inside_after or sync.synced(held.term):
+            continue
+        operands = [ad.facts.get(v) for v in op.operands]
+        if all(not isinstance(g, Holds) or sync.synced(g.term) for g in operands):
+            after_op = op
+            break
+    covered = {f.term.id for f in ad.facts.values() if isinstance(f, Holds) and sync.synced(f.term)}
+    inside_before = _subterms(before_term)
+    before_op: Op | None = None
+    for op in _ops_in_order(bp):
+        held = _fact(bd, op)
+        if held is None or held.term.id not in inside_before or held.term.id in covered:
+            continue
+        operands = [bd.facts.get(v) for v in op.operands]
+        if all(not isinstance(g, Holds) or g.term.id in covered or not g.term.args for g in operands):
+            before_op = op
+            break
+    after_site = Site.of(after_op, _describe(_fact(ad, after_op), ap)) if after_op is not None else None
+    before_site = Site.of(before_op, _describe(_fact(bd, before_op), bp)) if before_op is not None else None
+    if after_op is not None and before_op is not None:
+        reason = (f"output {j} differs from the reference: the values part ways at {after_op.opcode} "
+                  f"({after_site.source if after_site else '?'}), where the reference computes {before_op.opcode} "
+                  f"({before_site.source if before_site else '?'})")
+    elif after_op is not None:
+        reason = f"output {j} differs from the reference from {after_op.opcode} on: it has no counterpart there"
+    else:
+        reason = f"output {j}: could not prove it equal to the reference"
+    return Finding(reason, before_site, after_site)

@@ -1,0 +1,146 @@
+"""One table: opcode → what the prover knows about it. Alphabetical, one row per op.
+
+A row names the op's transfer rule (how a `Holds` fact of its operands becomes one of its result, in
+`rules/spmd.py` and `rules/layout.py`) and whether it is elementwise. The ~45 elementwise ops share one
+generic rule (like JAX's lowering registry reuses one rule with `functools.partial`). The numeric
+kernel of each op is the entry of the same opcode in `kernels.KERNELS`. An op that is not in this table
+is unsupported: the verdict becomes `unknown` and names it.
+
+`term_attrs` says which attributes are part of an op's meaning (everything except hints such as
+precision configs, shardings and channel ids); ops with a body (reduce, sort, scatter) carry a key of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from scalify_hlo.rules import layout as L
+from scalify_hlo.rules import spmd as S
+
+from .facts import Ctx, Fact
+from .ir import Literal, Op, Opaque, Region
+
+Transfer = Callable[[Ctx, Op, tuple[Fact, ...]], tuple[Fact, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class OpSem:
+    transfer: Transfer
+    elementwise: bool = False
+
+
+_EW = OpSem(S.elementwise, elementwise=True)
+
+OPS: dict[str, OpSem] = {
+    "abs": _EW,
+    "add": _EW,
+    "all_gather": OpSem(S.all_gather),
+    "all_reduce": OpSem(S.all_reduce),
+    "all_to_all": OpSem(S.all_to_all),
+    "and": _EW,
+    "atan2": _EW,
+    "bitcast_convert": _EW,
+    "broadcast_in_dim": OpSem(L.broadcast_in_dim),
+    "cbrt": _EW,
+    "ceil": _EW,
+    "clamp": _EW,
+    "collective_permute": OpSem(S.collective_permute),
+    "compare": _EW,
+    "concatenate": OpSem(L.concatenate),
+    "constant": OpSem(L.constant),
+    "convert": _EW,
+    "copy": OpSem(S.identity),
+    "cosine": _EW,
+    "count_leading_zeros": _EW,
+    "divide": _EW,
+    "dot": OpSem(S.dot_general),
+    "dot_general": OpSem(S.dot_general),
+    "dynamic_slice": OpSem(L.dynamic_slice),
+    "dynamic_update_slice": OpSem(L.dynamic_update_slice),
+    "erf": _EW,
+    "erf_inv": _EW,
+    "exponential": _EW,
+    "exponential_minus_one": _EW,
+    "floor": _EW,
+    "gather": OpSem(L.gather),
+    "get_tuple_element": OpSem(S.get_tuple_element),
+    "imag": _EW,
+    "iota": OpSem(L.iota),
+    "is_finite": _EW,
+    "log": _EW,
+    "log_plus_one": _EW,
+    "logistic": _EW,
+    "maximum": _EW,
+    "minimum": _EW,
+    "multiply": _EW,
+    "negate": _EW,
+    "not": _EW,
+    "optimization_barrier": OpSem(S.identity),
+    "or": _EW,
+    "pad": OpSem(L.pad),
+    "partition_id": OpSem(S.partition_id),
+    "popcnt": _EW,
+    "power": _EW,
+    "real": _EW,
+    "reduce": OpSem(S.reduce),
+    "reduce_scatter": OpSem(S.reduce_scatter),
+    "remainder": _EW,
+    "replica_id": OpSem(S.replica_id),
+    "reshape": OpSem(L.reshape),
+    "reverse": OpSem(L.reverse),
+    "round_nearest_afz": _EW,
+    "round_nearest_even": _EW,
+    "rsqrt": _EW,
+    "select": _EW,
+    "sharding_constraint": OpSem(S.identity),
+    "shift_left": _EW,
+    "shift_right_arithmetic": _EW,
+    "shift_right_logical": _EW,
+    "sign": _EW,
+    "sine": _EW,
+    "slice": OpSem(L.slice_),
+    "sqrt": _EW,
+    "subtract": _EW,
+    "tan": _EW,
+    "tanh": _EW,
+    "transpose": OpSem(L.transpose),
+    "tuple": OpSem(S.tuple_),
+    "xor": _EW,
+}
+
+# Custom calls XLA and JAX emit around sharding: they annotate, they do not compute.
+IDENTITY_CUSTOM_CALLS = frozenset({"Sharding", "ShardingConstraint", "mhlo.sharding", "xla.sdy.FuncResultSharding"})
+
+_HINTS = frozenset({
+    "precision_config", "mhlo.sharding", "sdy.sharding", "mhlo.frontend_attributes", "channel_handle",
+    "use_global_device_ids", "result_accuracy", "indices_are_sorted", "unique_indices", "algorithm",
+    "compare_type", "mhlo.original_value", "backend_config",
+})
+
+
+def region_key(region: Region) -> tuple[Any, ...]:
+    """A structural key of a body: same key, same computation (values numbered by position)."""
+    index = {v: i for i, v in enumerate(region.args)}
+    items = []
+    for op in region.ops:
+        operands = tuple(index.get(v, -1) for v in op.operands)
+        items.append((op.opcode, operands, term_attrs(op)))
+        for r in op.results:
+            index[r] = len(index)
+    return (len(region.args), tuple(items), tuple(index.get(v, -1) for v in region.results))
+
+
+def term_attrs(op: Op) -> tuple[tuple[str, Any], ...]:
+    attrs = tuple((k, v) for k, v in op.attrs.items() if k not in _HINTS and not isinstance(v, Opaque))
+    if op.regions:
+        reducer = S.reducer_of(op.regions[0]) if len(op.regions) == 1 else None
+        key: Any = reducer.value if reducer is not None else tuple(region_key(r) for r in op.regions)
+        attrs = (*attrs, ("computation", key))
+    return attrs
+
+
+def literal_of(op: Op) -> Literal | None:
+    v = op.attrs.get("value")
+    return v if isinstance(v, Literal) else None

@@ -1,0 +1,78 @@
+"""Numeric evaluation of terms: constant folding for index arithmetic, and counterexamples.
+
+A term is evaluated with the interpreter's kernels (`kernels.KERNELS`) on a single device, by dressing
+each node as the op it stands for. Used to fold small constant terms (shard-offset tables, iotas) and to
+evaluate the two sides of an unproven equality on random inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .ir import Attrs, Op, Region, TensorType, Value
+from .terms import Term
+
+_REDUCER_OPS = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply", "and": "and", "or": "or"}
+
+
+class NotEvaluable(Exception):
+    """A term with a free leaf (a parameter without a value) or an op no kernel covers."""
+
+
+def _reducer_region(name: str, dtype: str) -> Region:
+    t = TensorType((), dtype)
+    a, b, r = Value(t, "%a"), Value(t, "%b"), Value(t, "%r")
+    return Region((a, b), (Op(_REDUCER_OPS[name], (a, b), (r,)),), (r,))
+
+
+def as_op(t: Term) -> Op:
+    """The op a term node stands for (operands and result typed as the term's globals)."""
+    operands = tuple(Value(a.type) for a in t.args)
+    attrs = dict(t.attrs)
+    regions: tuple[Region, ...] = ()
+    computation = attrs.pop("computation", None)
+    if t.op == "reduce":
+        reducer = attrs.pop("reducer", computation)
+        regions = (_reducer_region(str(reducer), t.type.dtype),)
+    elif isinstance(computation, str) and computation in _REDUCER_OPS:
+        regions = (_reducer_region(computation, t.type.dtype),)
+    elif computation is not None:
+        raise NotEvaluable(f"{t.op} with a general body")
+    return Op(t.op, operands, (Value(t.type),), Attrs.of(attrs), regions)
+
+
+def evaluate(root: Term, env: Mapping[int, np.ndarray]) -> np.ndarray:
+    """The value of `root`, with leaves (params, loop variables, shared subterms) taken from `env`."""
+    from .kernels import KERNELS
+
+    values: dict[int, np.ndarray] = {}
+    for t in root.walk():
+        if t.id in env:
+            values[t.id] = np.asarray(env[t.id])[None]
+            continue
+        args = [values[a.id] for a in t.args]
+        if t.op in ("param", "var"):
+            raise NotEvaluable(f"free {t.op} {dict(t.attrs)}")
+        if t.op == "tile":
+            values[t.id] = np.concatenate([args[0]] * int(t.attr("n")), axis=int(t.attr("dim")) + 1)
+            continue
+        if t.op == "roll":
+            values[t.id] = np.roll(args[0], int(t.attr("shift")), axis=int(t.attr("dim")) + 1)
+            continue
+        kernel = KERNELS.get(t.op)
+        if kernel is None:
+            raise NotEvaluable(f"no kernel for {t.op}")
+        (out,) = kernel(as_op(t), args)
+        values[t.id] = np.asarray(out)
+    return values[root.id][0]
+
+
+def evaluate_constant(t: Term) -> np.ndarray | None:
+    try:
+        return evaluate(t, {})
+    except NotEvaluable:
+        return None
+    except (ValueError, TypeError, IndexError, KeyError, NotImplementedError):
+        return None

@@ -1,0 +1,282 @@
+"""Global terms: what a value means on the single-device program, hash-consed and canonicalised.
+
+Both programs are read into one table of terms. A before-value is the term of its op; an after-value
+*holds* a term under a layout (`facts.Holds`). When the partitioner kept the structure, the after
+program's terms are the very same objects as the before program's, and no e-graph is needed. The smart
+constructor `Terms.apply` normalises what is exactly equal and cheap to see (identity transposes and
+reshapes, composed transposes/broadcasts, operand order of commutative ops, splat constants, HLO `dot`
+as `dot_general`); everything else is left to egglog (`rules/algebra.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from .ir import DotDims, Literal, TensorType
+
+AttrKey = tuple[tuple[str, Any], ...]
+
+COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Term:
+    """One node of the shared term DAG; identity is the object (the table interns them)."""
+
+    id: int
+    op: str
+    args: tuple[Term, ...]
+    attrs: AttrKey
+    type: TensorType
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == name:
+                return v
+        return default
+
+    def __repr__(self) -> str:
+        return f"t{self.id}:{self.op}{list(self.type.shape)}"
+
+    def walk(self) -> Iterator[Term]:
+        """Every distinct subterm once, children before parents."""
+        seen: set[int] = set()
+        stack: list[tuple[Term, bool]] = [(self, False)]
+        while stack:
+            t, expanded = stack.pop()
+            if t.id in seen:
+                continue
+            if expanded:
+                seen.add(t.id)
+                yield t
+                continue
+            stack.append((t, True))
+            stack.extend((a, False) for a in reversed(t.args) if a.id not in seen)
+
+
+def scalar_value(t: Term) -> float | None:
+    """The value of a scalar constant or a broadcast of one (how JAX spells `x / 16`)."""
+    while t.op == "broadcast_in_dim":
+        t = t.args[0]
+    if t.op == "constant":
+        lit: Literal = t.attr("value")
+        if lit.array.size == 1:
+            return float(lit.array.reshape(-1)[0])
+    return None
+
+
+class Terms:
+    """The intern table. `mk` interns exactly; `apply` canonicalises first."""
+
+    def __init__(self) -> None:
+        self._table: dict[tuple[Any, ...], Term] = {}
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def mk(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
+        key = (op, tuple(a.id for a in args), attrs, type)
+        t = self._table.get(key)
+        if t is None:
+            t = Term(len(self._table), op, args, attrs, type)
+            self._table[key] = t
+        return t
+
+    # -- leaves ---------------------------------------------------------------------------------------
+    def param(self, index: int, type: TensorType, name: str = "") -> Term:
+        return self.mk("param", (), (("index", index), ("name", name)), type)
+
+    def fresh(self, label: str, type: TensorType) -> Term:
+        """A leaf that equals nothing else (loop variables of an induction step)."""
+        return self.mk("var", (), (("label", label),), type)
+
+    def constant(self, lit: Literal, type: TensorType) -> Term:
+        if type.rank > 0 and lit.is_splat:
+            scalar = Literal(lit.array.reshape(-1)[:1].reshape(()).copy(), lit.dtype)
+            s = self.mk("constant", (), (("value", scalar),), TensorType((), type.dtype))
+            return self.mk("broadcast_in_dim", (s,), (("broadcast_dimensions", ()),), type)
+        return self.mk("constant", (), (("value", lit),), type)
+
+    def scalar(self, value: float, dtype: str) -> Term:
+        from .parsers.stablehlo import numpy_dtype
+
+        try:
+            holder = np.dtype("float32") if dtype == "bf16" else numpy_dtype(dtype)
+        except ValueError:
+            holder = np.dtype("float64")
+        return self.constant(Literal(np.array(value, dtype=holder), dtype), TensorType((), dtype))
+
+    # -- canonicalising constructor -----------------------------------------------------------------
+    def apply(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
+        rule = _CANON.get(op)
+        if rule is not None:
+            out = rule(self, args, dict(attrs), type)
+            if out is not None:
+                return out
+        if op in COMMUTATIVE and len(args) == 2 and args[0].id > args[1].id:
+            args = (args[1], args[0])
+        return self.mk(op, args, attrs, type)
+
+    def tile(self, t: Term, dim: int, n: int) -> Term:
+        """The global tensor made of `n` copies of `t` along `dim` (what a replicated local value is,
+        seen as the shard of a tensor split over an axis of size `n`)."""
+        if n == 1:
+            return t
+        shape = list(t.type.shape)
+        shape[dim] *= n
+        out = TensorType(tuple(shape), t.type.dtype)
+        if t.op == "broadcast_in_dim":
+            (src,) = t.args
+            dims = tuple(t.attr("broadcast_dimensions"))
+            if dim not in dims or src.type.shape[dims.index(dim)] == 1:
+                return self.apply("broadcast_in_dim", (src,), (("broadcast_dimensions", dims),), out)
+        if t.op == "iota" and t.attr("iota_dimension") != dim:
+            return self.mk("iota", (), t.attrs, out)
+        return self.mk("tile", (t,), (("dim", dim), ("n", n)), out)
+
+
+def _transpose(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    perm = tuple(a["permutation"])
+    if perm == tuple(range(len(perm))):
+        return x
+    if x.op == "transpose":
+        inner = tuple(x.attr("permutation"))
+        return terms.apply("transpose", x.args, (("permutation", tuple(inner[p] for p in perm)),), type)
+    return None
+
+
+def _reshape(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    if x.type.shape == type.shape:
+        return x
+    if x.op == "reshape":
+        return terms.apply("reshape", x.args, (), type)
+    return None
+
+
+def _convert(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    return x if x.type.dtype == type.dtype else None
+
+
+def _broadcast(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    dims = tuple(a["broadcast_dimensions"])
+    if x.type.shape == type.shape and dims == tuple(range(len(dims))):
+        return x
+    expanded = [i for i, d in enumerate(dims) if x.type.shape[i] == 1 and type.shape[d] != 1]
+    if expanded:
+        # A unit dim stretched by the broadcast is the same as a broadcast of the operand without it
+        # (JAX broadcasts [b, s, 1] against [b, s, d]; XLA reshapes to [b, s] first).
+        keep = [i for i in range(len(dims)) if i not in expanded]
+        squeezed = terms.apply("reshape", (x,), (), TensorType(tuple(x.type.shape[i] for i in keep), x.type.dtype))
+        return terms.apply("broadcast_in_dim", (squeezed,), (("broadcast_dimensions", tuple(dims[i] for i in keep)),),
+                           type)
+    if (list(dims) == sorted(dims) and all(type.shape[d] == n for d, n in zip(dims, x.type.shape, strict=True))
+            and all(n == 1 for j, n in enumerate(type.shape) if j not in dims)):
+        # Only unit dims are added (`x[:, None]`, keepdims): JAX spells it broadcast, XLA reshape.
+        return terms.apply("reshape", (x,), (), type)
+    if x.op == "broadcast_in_dim":
+        inner = tuple(x.attr("broadcast_dimensions"))
+        composed = tuple(dims[i] for i in inner)
+        return terms.mk("broadcast_in_dim", x.args, (("broadcast_dimensions", composed),), type)
+    return None
+
+
+def _dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    lhs, rhs = args
+    dims = DotDims((), (), (lhs.type.rank - 1,), (0,))
+    return terms.mk("dot_general", args, (("dot_dimension_numbers", dims),), type)
+
+
+def _constant(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return terms.constant(a["value"], type)
+
+
+def _identity(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return args[0] if len(args) == 1 and args[0].type == type else None
+
+
+def _slice(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    return x if x.type.shape == type.shape else None
+
+
+def _compare(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    # The comparison type is implied by the element type, except TOTALORDER which changes NaN order.
+    kind = a.get("compare_type")
+    if kind is None or kind == "TOTALORDER":
+        return None
+    return terms.mk("compare", args, (("comparison_direction", a["comparison_direction"]),), type)
+
+
+def _exact(value: float, dtype: str) -> bool:
+    """Whether `value` is representable exactly in `dtype` (so folding it changes nothing)."""
+    from .parsers.stablehlo import numpy_dtype
+
+    try:
+        nd = numpy_dtype(dtype)
+    except ValueError:
+        return False
+    if nd.kind not in "fV":
+        return float(value).is_integer()
+    return bool(float(np.array(value).astype(nd).astype(np.float64)) == value)
+
+
+def _splat(terms: Terms, value: float, type: TensorType) -> Term:
+    s = terms.scalar(value, type.dtype)
+    return terms.apply("broadcast_in_dim", (s,), (("broadcast_dimensions", ()),), type) if type.rank else s
+
+
+def _fold_scale(terms: Terms, op: str, args: tuple[Term, ...], type: TensorType) -> Term | None:
+    """x/a/b → x/(a·b) and x·a·b → x·(a·b) when a·b is exact in the dtype; x·2⁻ᵏ → x/2ᵏ.
+
+    Exact over the reals, and folded here rather than in egglog because only here can we check that
+    the folded constant is exactly representable in the program's dtype."""
+    x, c = args
+    cv = scalar_value(c)
+    if cv is None or not type.dtype.startswith(("f", "bf")):
+        return None
+    if op == "multiply" and cv != 0 and math.frexp(1.0 / cv)[0] == 0.5 and abs(cv) < 1:
+        return terms.apply("divide", (x, _splat(terms, 1.0 / cv, type)), (), type)
+    if x.op == op:
+        inner, ic = x.args
+        iv = scalar_value(ic)
+        if iv is not None:
+            exact = Fraction(iv) * Fraction(cv)
+            if _exact(float(exact), type.dtype) and Fraction(float(exact)) == exact:
+                return terms.apply(op, (inner, _splat(terms, float(exact), type)), (), type)
+    return None
+
+
+def _divide(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return _fold_scale(terms, "divide", args, type)
+
+
+def _multiply(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    if scalar_value(args[0]) is not None and scalar_value(args[1]) is None:
+        args = (args[1], args[0])
+    return _fold_scale(terms, "multiply", args, type)
+
+
+_CANON = {
+    "broadcast_in_dim": _broadcast,
+    "compare": _compare,
+    "constant": _constant,
+    "convert": _convert,
+    "copy": _identity,
+    "divide": _divide,
+    "dot": _dot,
+    "multiply": _multiply,
+    "optimization_barrier": _identity,
+    "reshape": _reshape,
+    "slice": _slice,
+    "transpose": _transpose,
+}
