@@ -237,6 +237,11 @@ class _Reader:
         return Region(args, tuple(ops), results)
 
     def op(self, o: Any, opcode: str) -> Op:
+        if not o.name.startswith(_PREFIXES):
+            src = o.location
+            raise ParseError(Span(self.path, *_line_col(src)),
+                             f"op '{o.name}' is not StableHLO; expected ops of the stablehlo, mhlo, chlo, func "
+                             "and sdy dialects (a JAX/XLA program)")
         loc = self.loc_of(o.location)
         operands = tuple(self.values[x] for x in o.operands)
         regions = tuple(self.region(r) for r in o.regions)
@@ -257,6 +262,11 @@ class _Reader:
             for a in f.regions[0].blocks[0].arguments
         )
         return Func(str(self.ir.StringAttr(attrs["sym_name"]).value), body, arg_attrs, res_attrs, arg_locs)
+
+
+def _line_col(loc: Any) -> tuple[int | None, int | None]:
+    m = re.search(r":(\d+):(\d+)", str(loc))
+    return (int(m.group(1)), int(m.group(2))) if m else (None, None)
 
 
 def _per_index(reader: _Reader, attrs: Any, key: str, n: int) -> tuple[Attrs, ...]:

@@ -1,0 +1,115 @@
+"""The `scalify-hlo` command line (typer).
+
+Exit codes: 0 equivalent, 1 discrepancy, 2 unknown, 3 bad input. Bad input prints one diagnostic with
+file, line and what was expected; nothing ever prints a Python traceback (set SCALIFY_DEBUG=1 to get one
+for an internal error).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .errors import ScalifyError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Prove a distributed JAX/XLA program equivalent to its single-device reference.")
+
+EXIT_BAD_INPUT = 3
+
+
+@app.command()
+def diff(
+    before: Annotated[Path, typer.Argument(help="the single-device reference (StableHLO .mlir or HLO text)")],
+    after: Annotated[Path, typer.Argument(help="the distributed program (partitioned HLO or shard_map StableHLO)")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the JSON report here ('-' for stdout)")] = None,
+    numeric: Annotated[bool, typer.Option(help="also run both programs on random inputs (devices simulated)")] = False,
+    seed: Annotated[int, typer.Option(help="random seed of the numeric check")] = 0,
+    iterations: Annotated[int, typer.Option(help="egglog iteration budget per question")] = 12,
+    timeout: Annotated[float, typer.Option(help="egglog seconds budget per question")] = 5.0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print only the verdict line")] = False,
+) -> None:
+    """Prove AFTER equivalent to BEFORE, or name the op and source line where they differ."""
+    from .egraph import Budget
+    from .engine import Options, verify
+
+    opts = Options(numeric=numeric, budget=Budget(iterations=iterations, seconds=timeout), seed=seed)
+    report = verify(before, after, opts)
+    if numeric:
+        from .oracle import with_numeric
+
+        report = with_numeric(report, before, after, seed)
+    if json_out is not None:
+        text = report.dumps()
+        if str(json_out) == "-":
+            typer.echo(text)
+        else:
+            json_out.write_text(text + "\n", encoding="utf-8")
+    if json_out is None or str(json_out) != "-":
+        rendered = report.render(source_root=Path.cwd())
+        typer.echo(rendered.splitlines()[-1] if quiet else rendered)
+    raise typer.Exit(report.exit_code)
+
+
+@app.command()
+def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO text file")]) -> None:
+    """Summarise a program: ops, collectives, mesh, layouts of inputs and outputs."""
+    from . import parsers
+    from .ir import Literal, walk
+    from .program import COLLECTIVES, prepare
+
+    module = parsers.load(file)
+    prog = prepare(module)
+    ops = list(walk(prog.func.body.ops))
+    typer.echo(f"{file}: {module.kind} module {module.name!r}, {prog.form} program, {len(ops)} ops")
+    typer.echo(f"mesh: {prog.mesh.describe()} ({prog.mesh.size} devices)")
+    for i, (p, layout) in enumerate(zip(prog.func.params, prog.in_layouts, strict=True)):
+        where = layout.describe(prog.mesh) if layout is not None else "(no sharding)"
+        name = prog.func.arg_locs[i].op_name if i < len(prog.func.arg_locs) else None
+        typer.echo(f"  input {i}{f' ({name})' if name else ''}: {p.type} {where}")
+    for j, (v, layout) in enumerate(zip(prog.func.outputs, prog.out_layouts, strict=True)):
+        where = layout.describe(prog.mesh) if layout is not None else "(no sharding)"
+        typer.echo(f"  output {j}: {v.type} {where}")
+    counts = Counter(op.opcode for op in ops)
+    typer.echo("ops: " + ", ".join(f"{k} {n}" for k, n in counts.most_common(12)))
+    coll = [op for op in ops if op.opcode in COLLECTIVES]
+    if coll:
+        from .mesh import axes_of_groups
+
+        typer.echo("collectives:")
+        for op in coll:
+            groups = op.attrs.get("replica_groups")
+            try:
+                axes = (axes_of_groups(groups.array, prog.mesh, prog.mesh.size)
+                        if isinstance(groups, Literal) and "channel_handle" in op.attrs else ())
+                over = "{" + ", ".join(f'"{a}"' for a in axes) + "}"
+            except ScalifyError as err:
+                over = f"(groups not on the mesh: {err.message})"
+            typer.echo(f"  {op.describe()} over {over} at {op.loc.site or '?'}")
+
+
+def main() -> None:
+    try:
+        rc = app(standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except ScalifyError as err:
+        typer.echo(err.render(), err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.exit(130)
+    except Exception as err:  # usage errors and our own bugs: one message, never a traceback
+        show = getattr(err, "show", None)
+        if callable(show) and isinstance(getattr(err, "exit_code", None), int):
+            show()  # a usage error (typer vendors click; its exceptions carry show() and exit_code)
+            sys.exit(EXIT_BAD_INPUT)
+        if os.environ.get("SCALIFY_DEBUG"):
+            raise
+        typer.echo(f"internal error: {type(err).__name__}: {err} (set SCALIFY_DEBUG=1 for a traceback)", err=True)
+        sys.exit(2)

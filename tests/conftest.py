@@ -1,0 +1,44 @@
+"""Shared test setup: 8 fake CPU devices for anything that runs JAX, and the fixture catalogue."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# XLA reads this once, when jax is first imported; every test module sees the same 8 devices.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+@dataclass(frozen=True)
+class Fixture:
+    name: str
+    dir: Path
+    expected: dict
+
+    @property
+    def before(self) -> Path:
+        return self.dir / "before.mlir"
+
+    @property
+    def after(self) -> Path:
+        hlo = self.dir / "after.hlo"
+        return hlo if hlo.exists() else self.dir / "after.mlir"
+
+    @property
+    def bug_site(self) -> str | None:
+        bug = self.expected.get("bug")
+        return f"{bug['file']}:{bug['line']}" if bug else None
+
+
+def fixtures() -> list[Fixture]:
+    out = []
+    for d in sorted(FIXTURES.iterdir()):
+        if (d / "expected.json").exists():
+            out.append(Fixture(d.name, d, json.loads((d / "expected.json").read_text())))
+    return out
