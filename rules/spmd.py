@@ -9,6 +9,8 @@ or says why not: with `evidence=True` when the layouts contradict each other (th
 
 from __future__ import annotations
 
+import numpy as np
+
 from scalify_hlo.errors import ShardingError
 from scalify_hlo.facts import Ctx, Fact, Failed, Holds, TupleFact, Varying, join, view
 from scalify_hlo.ir import Literal, Op, Region, TensorType
@@ -353,20 +355,77 @@ def all_to_all(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         f = ctx.lift(f) if isinstance(f, Varying) else f
         if isinstance(axes, Failed):
             out.append(axes)
-            continue
-        if not isinstance(f, Holds):
+        elif not isinstance(f, Holds):
             out.append(f if isinstance(f, Failed) else ctx.unsupported(op, "an all-to-all of a non-tensor"))
-            continue
-        have = f.layout.dims[concat]
-        if have[len(have) - len(axes):] != axes or not axes or (split != concat and f.layout.dims[split] and False):
-            out.append(ctx.fail(op, f"all-to-all over {list(axes)} concatenates along dim {concat}, which is split "
-                                f"over {list(have)}: the groups do not match the shards", evidence=True))
-            continue
-        dims = list(f.layout.dims)
-        dims[concat] = have[: len(have) - len(axes)]
-        dims[split] = (*dims[split], *axes)
-        out.append(Holds(f.term, Layout(tuple(dims), f.layout.partial), f.origin))
+        elif not axes:
+            out.append(f)
+        elif f.layout.partial_axes() & set(axes):
+            out.append(ctx.fail(op, f"all-to-all over {list(axes)} of a value partial over them", evidence=True,
+                                origin=f.origin))
+        elif split == concat:
+            out.append(_all_to_all_same_dim(ctx, op, f, axes, split))
+        else:
+            have = f.layout.dims[concat]
+            if have[len(have) - len(axes):] != axes:
+                out.append(ctx.fail(op, f"all-to-all over {list(axes)} concatenates along dim {concat}, which is "
+                                    f"split over {list(have)}: the groups do not match the shards", evidence=True))
+                continue
+            dims = list(f.layout.dims)
+            dims[concat] = have[: len(have) - len(axes)]
+            dims[split] = (*dims[split], *axes)
+            out.append(Holds(f.term, Layout(tuple(dims), f.layout.partial), f.origin))
     return tuple(out)
+
+
+def _all_to_all_same_dim(ctx: Ctx, op: Op, f: Holds, axes: tuple[str, ...], d: int) -> Fact:
+    """XLA's array all-to-all (one dim): chunk `c` of dim `d` goes to device `c`, received chunks are
+    stacked along `d` by source. It moves the split over `axes` from the dim `s` that had it (its shard
+    index becomes dim `d`) to the chunks of dim `d`: onto the next dim when the chunks have size 1 (how
+    XLA reshards sequence → heads: [.., n, 1, ..] → all-to-all → transpose → reshape), else as the
+    major part of `d`. The new global value is a data movement of the old one."""
+    layout, v = f.layout, f.term
+    n = ctx.mesh.size_of(axes)
+    s = next((i for i, dd in enumerate(layout.dims) if dd[len(dd) - len(axes):] == axes and dd), None)
+    if s is None or s == d or layout.dims[d]:
+        return ctx.unsupported(op, f"an all-to-all along dim {d} of a value laid out as {ctx.describe(layout)}")
+    shape = v.type.shape
+    before_a = layout.dims[s][: len(layout.dims[s]) - len(axes)]
+    nb = ctx.mesh.size_of(before_a)
+    m = shape[s] // (nb * n)
+    k = shape[d] // n
+    e = d + 1 if k == 1 and d + 1 < len(shape) and not layout.dims[d + 1] else None
+    # Digits of V: dim s = (b, j, i), dim d = (c, kk), other dims as they are.
+    fine: list[tuple[str, int]] = []
+    for i, size in enumerate(shape):
+        if i == s:
+            fine += [("b", nb), ("j", n), ("i", m)]
+        elif i == d:
+            fine += [("c", n), ("kk", k)]
+        else:
+            fine.append((f"x{i}", size))
+    target: list[list[str]] = []
+    for i in range(len(shape)):
+        if i == s:
+            target.append(["b", "i"])
+        elif i == d:
+            target.append(["j", "kk"] if e is not None else ["c", "j", "kk"])
+        elif i == e:
+            target.append(["c", f"x{i}"])
+        else:
+            target.append([f"x{i}"])
+    names = [nm for nm, _ in fine]
+    sizes = dict(fine)
+    order = [names.index(nm) for run in target for nm in run]
+    dtype = v.type.dtype
+    t = ctx.terms.apply("reshape", (v,), (), TensorType(tuple(sz for _, sz in fine), dtype))
+    t = ctx.terms.apply("transpose", (t,), (("permutation", tuple(order)),),
+                        TensorType(tuple(fine[o][1] for o in order), dtype))
+    gshape = tuple(int(np.prod([sizes[nm] for nm in run])) for run in target)
+    t = ctx.terms.apply("reshape", (t,), (), TensorType(gshape, dtype))
+    dims = list(layout.dims)
+    dims[s] = before_a
+    dims[e if e is not None else d] = axes
+    return Holds(t, Layout(tuple(dims), layout.partial), f.origin)
 
 
 def collective_permute(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

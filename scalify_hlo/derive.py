@@ -49,6 +49,10 @@ class Deriver:
         self.resync = resync
         self.ctx = Ctx(terms, mesh, self.fold, self.lift, self.varying, known or (lambda t: 0))
         self._fold_cache: dict[int, np.ndarray | None] = {}
+        # Provenance of device-varying values, for localisation: which op computed a Varying, and which
+        # Varying a lifted constant term came from.
+        self.varying_op: dict[int, Op] = {}
+        self.lifted_from: dict[int, Varying] = {}
         self.hooks: dict[str, Callable[[Deriver, Op, tuple[Fact, ...]], tuple[Fact, ...]]] = {
             "custom_call": _custom_call,
             "manual_computation": _manual,
@@ -82,6 +86,8 @@ class Deriver:
             out = tuple(self.resync(f, op) if isinstance(f, Holds) and not f.layout.partial else f for f in out)
         for v, f in zip(op.results, out, strict=True):
             self.facts[v] = f
+            if isinstance(f, Varying):
+                self.varying_op.setdefault(id(f), op)
 
     # -- device-varying values ----------------------------------------------------------------------------
     def fold(self, term: Term) -> np.ndarray | None:
@@ -115,17 +121,26 @@ class Deriver:
             else:
                 return None
         from .kernels import KERNELS
+        from .numeric import Machine, NumericUnsupported
 
         kernel = KERNELS.get(op.opcode)
         if kernel is None:
             return None
-        (values,) = kernel(op, arrays)
+        try:
+            (values,) = kernel(Machine(None, n), op, arrays)
+        except (NumericUnsupported, ValueError, TypeError, IndexError):
+            return None
         result = Varying(np.asarray(values), out_t)
+        self.varying_op[id(result)] = op
         if out_t.rank >= 1 and out_t.size > 1:
             lifted = self.lift(result)
             if isinstance(lifted, Holds) and lifted.term.op in ("iota", "broadcast_in_dim"):
                 return lifted  # a shard of a symbolic tensor (GSPMD's iota + offset): keep the symbol
         return result
+
+    def _lifted(self, v: Varying, h: Holds) -> Holds:
+        self.lifted_from.setdefault(h.term.id, v)
+        return h
 
     def lift(self, f: Fact) -> Fact:
         """A device-varying value as the shard of a constant tensor under some layout, if it is one."""
@@ -134,7 +149,7 @@ class Deriver:
         values = np.asarray(f.values)
         t = f.type
         if np.all(values == values[:1]):
-            return Holds(constant_term(values[0], t, self.terms), Layout.replicated(t.rank))
+            return self._lifted(f, Holds(constant_term(values[0], t, self.terms), Layout.replicated(t.rank)))
         grid = values[self.mesh.device_array().reshape(-1)].reshape((*self.mesh.shape, *t.shape))
         varying_axes = tuple(
             name for i, name in enumerate(self.mesh.names)
@@ -153,7 +168,7 @@ class Deriver:
                     continue
                 if again.shape == values.shape and np.array_equal(again, values):
                     gtype = TensorType(full.shape, t.dtype)
-                    return Holds(constant_term(full, gtype, self.terms), layout)
+                    return self._lifted(f, Holds(constant_term(full, gtype, self.terms), layout))
         return Failed("a device-dependent value that is not the shard of any tensor", None, False)
 
 

@@ -125,7 +125,7 @@ class _Prover:
         self.sync = Sync(self.egraph, before_values)
         self.bd = bd
         self.loops = {
-            tuple(g.term.id for v in op.operands if isinstance(g := bd.facts.get(v), Holds)): op
+            tuple(sorted(g.term.id for v in op.operands if isinstance(g := bd.facts.get(v), Holds))): op
             for op in walk(bp.func.body.ops) if op.opcode == "while"}
         t0 = time.perf_counter()
         ad = Deriver(self.terms, ap.mesh, resync=self.sync.resync, known=self.sync.known, loops=self._induction)
@@ -154,19 +154,35 @@ class _Prover:
             return tuple(bad if isinstance(bad, Failed) else ad.ctx.unsupported(op, "a loop over non-tensors")
                          for _ in op.results)
         hs = [h for h in holds if isinstance(h, Holds)]
-        partner = self.loops.get(tuple(h.term.id for h in hs))
+        partner = self.loops.get(tuple(sorted(h.term.id for h in hs)))
         if partner is None:
             return tuple(ad.ctx.unsupported(op, "a loop whose initial values match no loop of the reference")
                          for _ in op.results)
         bd = self.bd
+        # The partitioner may carry the values in another order: match them by their initial terms.
+        b_inits = [bd.facts[v] for v in partner.operands]
+        if len(b_inits) != len(hs) or len(partner.results) != len(op.results):
+            return tuple(ad.ctx.unsupported(op, "a loop carrying a different number of values than the reference's")
+                         for _ in op.results)
+        sigma: list[int] = []
+        for h in hs:
+            k = next((k for k, g in enumerate(b_inits) if isinstance(g, Holds) and g.term is h.term
+                      and k not in sigma), None)
+            if k is None:
+                return tuple(ad.ctx.unsupported(op, "a loop whose carried values match no loop of the reference")
+                             for _ in op.results)
+            sigma.append(k)
         n = len(self.terms)
-        loop_vars = [self.terms.fresh(f"loop{n}.{i}", h.term.type) for i, h in enumerate(hs)]
+        loop_vars = [self.terms.fresh(f"loop{n}.{k}", b_inits[k].term.type)  # type: ignore[union-attr]
+                     for k in range(len(b_inits))]
         b_cond = bd.region(partner.regions[0], [Holds(v, Layout.replicated(v.type.rank)) for v in loop_vars])
         b_body = bd.region(partner.regions[1], [Holds(v, Layout.replicated(v.type.rank)) for v in loop_vars])
         self.sync.add_before([g.term for g in (*b_cond, *b_body) if isinstance(g, Holds)])
-        a_cond = ad.region(op.regions[0], [Holds(v, h.layout) for v, h in zip(loop_vars, hs, strict=True)])
-        a_body = ad.region(op.regions[1], [Holds(v, h.layout) for v, h in zip(loop_vars, hs, strict=True)])
-        for i, (a, b, h) in enumerate(zip((*a_cond, *a_body), (*b_cond, *b_body),
+        a_args = [Holds(loop_vars[k], h.layout) for k, h in zip(sigma, hs, strict=True)]
+        a_cond = ad.region(op.regions[0], a_args)
+        a_body = ad.region(op.regions[1], a_args)
+        b_body_sigma = tuple(b_body[k] for k in sigma)
+        for i, (a, b, h) in enumerate(zip((*a_cond, *a_body), (*b_cond, *b_body_sigma),
                                           (Holds(loop_vars[0], Layout(())), *hs), strict=True)):
             a = ad.lift(a)
             if isinstance(a, Failed):
@@ -183,8 +199,8 @@ class _Prover:
                 return tuple(ad.ctx.fail(op, f"the loop body's {what} differs from the reference loop's "
                                          "(induction step not proven)", evidence=False) for _ in op.results)
         out: list[Fact] = []
-        for r, h in zip(partner.results, hs, strict=True):
-            g = bd.facts[r]
+        for k, h in zip(sigma, hs, strict=True):
+            g = bd.facts[partner.results[k]]
             out.append(Holds(g.term, h.layout) if isinstance(g, Holds) else g)
         return tuple(out)
 

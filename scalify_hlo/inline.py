@@ -1,4 +1,4 @@
-"""Inline `call`s and `fusion`s so the verifier and the interpreter see one flat function.
+"""Inline `call`s, `fusion`s and async collective pairs so the verifier and interpreter see one function.
 
 Each inlined body gets fresh `Value`s (a callee called twice must not share values between its two
 copies), and an inlined op without a source frame of its own inherits the call site's frames: JAX
@@ -11,7 +11,9 @@ import dataclasses
 
 from .ir import Func, Module, Op, Region, SourceLoc, Value
 
-_INLINED = frozenset({"call", "fusion"})
+_INLINED = frozenset({"call", "fusion", "async_start"})
+# An async pair computes its wrapped op once: `start` is the op, `update`/`done` only pass the future on.
+_PASS_THROUGH = frozenset({"async_update", "async_done"})
 
 
 class _Inliner:
@@ -26,6 +28,9 @@ class _Inliner:
         ops: list[Op] = []
         for op in reg.ops:
             operands = tuple(env.get(v, v) for v in op.operands)
+            if op.opcode in _PASS_THROUGH and len(op.operands) == 1 and len(op.results) == 1:
+                env[op.results[0]] = operands[0]
+                continue
             if op.opcode in _INLINED:
                 body, name = self._body(op)
                 if name in stack:
@@ -43,8 +48,8 @@ class _Inliner:
         return Region(args, tuple(ops), results)
 
     def _body(self, op: Op) -> tuple[Region, str]:
-        if op.opcode == "fusion":
-            return op.regions[0], f"fusion:{op.loc.name or id(op)}"
+        if op.opcode in ("fusion", "async_start"):
+            return op.regions[0], f"{op.opcode}:{op.loc.name or id(op)}"
         callee = str(op.attrs["callee"])
         return self.module.funcs[callee].body, callee
 

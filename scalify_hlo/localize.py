@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .derive import Deriver
-from .facts import Failed, Holds
+from .facts import Failed, Holds, Varying
 from .ir import Op, walk
 from .program import Program
 from .report import Finding, Site
@@ -67,19 +67,68 @@ def _ops_in_order(p: Program) -> Iterator[Op]:
     return walk(p.func.body.ops)
 
 
+def _first_user_with_source(p: Program, op: Op) -> Op | None:
+    """XLA gives constants no metadata: point at the first op that uses the value and has a source line."""
+    frontier = set(op.results)
+    for other in _ops_in_order(p):
+        if any(v in frontier for v in other.operands):
+            if other.loc.frames and not other.regions:
+                return other
+            frontier.update(other.results)
+    return None
+
+
+def _foreign_frontier(t: Term, sync: Sync) -> list[Term]:
+    """The foreign subterms of `t` whose arguments are all reference terms (where the values part ways)."""
+    out = []
+    for node in t.walk():
+        if not sync.synced(node) and all(sync.synced(a) for a in node.args):
+            out.append(node)
+    return out
+
+
+def _blame(node: Term, ap: Program, ad: Deriver, sync: Sync, order: dict[int, int]) -> Op | None:
+    """The after op responsible for a frontier term: the op holding it; for a constant lifted from a
+    device-varying value, the first op of that value's chain whose result is already foreign; else the
+    op whose term uses it."""
+    holders = [op for op in _ops_in_order(ap) if not op.regions and (h := _fact(ad, op)) is not None
+               and h.term is node]
+    if holders:
+        return holders[0]
+    v = ad.lifted_from.get(node.id)
+    if v is not None:
+        op = ad.varying_op.get(id(v))
+        while op is not None:
+            earlier = None
+            for u in op.operands:
+                g = ad.facts.get(u)
+                if isinstance(g, Varying) and id(g) in ad.varying_op:
+                    lifted = ad.lift(g)
+                    if isinstance(lifted, Holds) and not sync.synced(lifted.term):
+                        earlier = ad.varying_op[id(g)]
+                        break
+                elif isinstance(g, Holds) and not sync.synced(g.term) and g.term.op in ("iota", "constant"):
+                    producer = next((o for o in _ops_in_order(ap) if u in o.results), None)
+                    earlier = producer
+                    break
+            if earlier is None or earlier is op:
+                return op
+            op = earlier
+    users = [op for op in _ops_in_order(ap) if not op.regions and (h := _fact(ad, op)) is not None
+             and any(a is node for a in h.term.args)]
+    return min(users, key=lambda o: order[id(o)]) if users else None
+
+
 def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, bd: Deriver,
                       ap: Program, ad: Deriver, sync: Sync) -> Finding:
-    inside_after = _subterms(after_term)
-    after_op: Op | None = None
-    for op in _ops_in_order(ap):
-        held = _fact(ad, op)
-        if held is None or held.term.id not in inside_after or sync.synced(held.term):
-            continue
-        operands = [ad.facts.get(v) for v in op.operands]
-        if all(not isinstance(g, Holds) or sync.synced(g.term) for g in operands):
-            after_op = op
-            break
-    covered = {f.term.id for f in ad.facts.values() if isinstance(f, Holds) and sync.synced(f.term)}
+    """The earliest after op where output `j`'s term leaves the reference's terms (its frontier)."""
+    order = {id(op): k for k, op in enumerate(_ops_in_order(ap))}
+    blamed = [op for n in _foreign_frontier(after_term, sync) if (op := _blame(n, ap, ad, sync, order)) is not None]
+    after_op = min(blamed, key=lambda o: order[id(o)]) if blamed else None
+    covered: set[int] = set()
+    for f in ad.facts.values():
+        if isinstance(f, Holds) and sync.synced(f.term) and f.term.id not in covered:
+            covered.update(t.id for t in f.term.walk() if t.id not in covered)
     inside_before = _subterms(before_term)
     before_op: Op | None = None
     for op in _ops_in_order(bp):
@@ -90,6 +139,8 @@ def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, 
         if all(not isinstance(g, Holds) or g.term.id in covered or not g.term.args for g in operands):
             before_op = op
             break
+    if after_op is not None and not after_op.loc.frames:
+        after_op = _first_user_with_source(ap, after_op) or after_op
     after_site = Site.of(after_op, _describe(_fact(ad, after_op), ap)) if after_op is not None else None
     before_site = Site.of(before_op, _describe(_fact(bd, before_op), bp)) if before_op is not None else None
     if after_op is not None and before_op is not None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .errors import UnsupportedError
 from .ir import Attrs, Op, Region, TensorType, Value
 from .terms import Term
 
@@ -46,7 +47,9 @@ def as_op(t: Term) -> Op:
 def evaluate(root: Term, env: Mapping[int, np.ndarray]) -> np.ndarray:
     """The value of `root`, with leaves (params, loop variables, shared subterms) taken from `env`."""
     from .kernels import KERNELS
+    from .numeric import Machine
 
+    machine = Machine(None, 1)
     values: dict[int, np.ndarray] = {}
     for t in root.walk():
         if t.id in env:
@@ -64,7 +67,7 @@ def evaluate(root: Term, env: Mapping[int, np.ndarray]) -> np.ndarray:
         kernel = KERNELS.get(t.op)
         if kernel is None:
             raise NotEvaluable(f"no kernel for {t.op}")
-        (out,) = kernel(as_op(t), args)
+        (out,) = kernel(machine, as_op(t), args)
         values[t.id] = np.asarray(out)
     return values[root.id][0]
 
@@ -74,5 +77,5 @@ def evaluate_constant(t: Term) -> np.ndarray | None:
         return evaluate(t, {})
     except NotEvaluable:
         return None
-    except (ValueError, TypeError, IndexError, KeyError, NotImplementedError):
+    except (ValueError, TypeError, IndexError, KeyError, NotImplementedError, UnsupportedError):
         return None

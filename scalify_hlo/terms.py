@@ -138,27 +138,30 @@ class Terms:
                 return self.apply("broadcast_in_dim", (src,), (("broadcast_dimensions", dims),), out)
         if t.op == "iota" and t.attr("iota_dimension") != dim:
             return self.mk("iota", (), t.attrs, out)
+        if t.op == "reshape" and t.type.shape[dim] == 1:
+            (src,) = t.args
+            kept = [i for i, m in enumerate(t.type.shape) if m != 1]
+            core = tuple(m for m in src.type.shape if m != 1)
+            if core == tuple(t.type.shape[i] for i in kept):
+                # A reshape that only inserts unit dims is a broadcast; tiled along a unit dim it stays one.
+                squeezed = self.apply("reshape", (src,), (), TensorType(core, src.type.dtype))
+                return self.apply("broadcast_in_dim", (squeezed,), (("broadcast_dimensions", tuple(kept)),), out)
         return self.mk("tile", (t,), (("dim", dim), ("n", n)), out)
 
 
 def _transpose(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
-    (x,) = args
-    perm = tuple(a["permutation"])
-    if perm == tuple(range(len(perm))):
-        return x
-    if x.op == "transpose":
-        inner = tuple(x.attr("permutation"))
-        return terms.apply("transpose", x.args, (("permutation", tuple(inner[p] for p in perm)),), type)
-    return None
+    from .movement import normalize
+
+    return normalize(terms, "transpose", args[0], a, type)
 
 
 def _reshape(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    from .movement import normalize
+
     (x,) = args
     if x.type.shape == type.shape:
         return x
-    if x.op == "reshape":
-        return terms.apply("reshape", x.args, (), type)
-    return None
+    return normalize(terms, "reshape", x, a, type)
 
 
 def _convert(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -171,6 +174,11 @@ def _broadcast(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Te
     dims = tuple(a["broadcast_dimensions"])
     if x.type.shape == type.shape and dims == tuple(range(len(dims))):
         return x
+    if x.op == "iota":
+        k = int(x.attr("iota_dimension"))
+        if x.type.shape[k] == type.shape[dims[k]]:
+            # An iota is constant along its other dims: broadcasting it is an iota of the bigger shape.
+            return terms.mk("iota", (), (("iota_dimension", dims[k]),), type)
     expanded = [i for i, d in enumerate(dims) if x.type.shape[i] == 1 and type.shape[d] != 1]
     if expanded:
         # A unit dim stretched by the broadcast is the same as a broadcast of the operand without it
