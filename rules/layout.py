@@ -138,8 +138,8 @@ def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
             options.append([*units_before(m), *merge])
     choices: list[tuple[int, Holds]] = []
     for combo in itertools.product(*options):
-        if len(set(combo)) != len(combo):
-            continue
+        if list(combo) != sorted(set(combo)):
+            continue  # a reshape keeps the row-major order: split dims stay in their order
         out_dims: list[tuple[str, ...]] = [()] * len(out_local)
         gshape = list(out_local)
         for k, o in zip(split, combo, strict=True):

@@ -44,17 +44,27 @@ def _is_zero(t: Term) -> bool:
 
 # ---------------------------------------------------------------------------------------- elementwise
 
-def _partial_allowed(opcode: str, partial: list[bool], reducer: Reducer, terms: list[Term]) -> bool:
-    """Whether `opcode` applied devicewise and then reduced equals the op applied to the reduced values.
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("f", "bf"))
+
+
+def _partial_allowed(op: Op, partial: list[bool], reducer: Reducer) -> bool:
+    """Whether `op` applied devicewise and then reduced equals the op applied to the reduced values.
 
     SUM: the op must be linear in the partial operands (all of them jointly), every other operand
-    constant over the reduced devices. MAX/MIN: the op must be monotone in the partial operands.
-    A literal zero is a partial value of any reducer (the sum of zeros is zero)."""
-    n = len(partial)
+    constant over the reduced devices. MAX/MIN: the op must be monotone in the partial operands (and a
+    min under MAX, or a max under MIN, may see only one of them). A literal zero is a partial value of
+    any reducer (the sum of zeros is zero)."""
+    opcode, n = op.opcode, len(partial)
+    if opcode == "convert":
+        # Exact over the reals for float → float only; float → int truncates each summand.
+        if not (_is_float(op.operands[0].tensor.dtype) and _is_float(op.result.tensor.dtype)):
+            return False
+        return reducer in (Reducer.SUM, Reducer.MAX, Reducer.MIN)
     if reducer is Reducer.SUM:
         if opcode in ("add", "subtract"):
             return all(partial)
-        if opcode in ("negate", "convert", "copy", "real", "imag", "bitcast_convert_float"):
+        if opcode in ("negate", "copy", "real", "imag"):
             return True
         if opcode == "multiply":
             return sum(partial) == 1
@@ -64,10 +74,15 @@ def _partial_allowed(opcode: str, partial: list[bool], reducer: Reducer, terms: 
             return not partial[0] and all(partial[1:])
         return False
     if reducer in (Reducer.MAX, Reducer.MIN):
-        if opcode in ("maximum", "minimum", "convert", "copy"):
+        same, other = ("maximum", "minimum") if reducer is Reducer.MAX else ("minimum", "maximum")
+        if opcode in (same, "copy"):
             return True
-        if opcode in ("add", "subtract"):
-            return partial[0] and (n == 1 or not any(partial[1:])) if opcode == "subtract" else sum(partial) == 1
+        if opcode == other:
+            return sum(partial) == 1
+        if opcode == "add":
+            return sum(partial) == 1
+        if opcode == "subtract":
+            return partial[0] and not any(partial[1:]) and n == 2
         if opcode == "select":
             return not partial[0] and all(partial[1:])
     return False
@@ -98,8 +113,7 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         reducers = {r for _, r in partial}
         is_partial = [bool(h.layout.partial) or z for h, z in zip(hs, zero_like, strict=True)]
         axes = frozenset(a for a, _ in partial)
-        if len(reducers) != 1 or not _partial_allowed(op.opcode, is_partial, next(iter(reducers)),
-                                                     [h.term for h in hs]):
+        if len(reducers) != 1 or not _partial_allowed(op, is_partial, next(iter(reducers))):
             r = next(iter(reducers))
             return (ctx.fail(
                 op, f"{op.opcode} is applied to a value that is still partial over {_axes(ctx, axes)} "
@@ -281,9 +295,10 @@ def _all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: R
                                 found=f"{COLLECTIVE_NAME[reducer]}")
             del partial[a]
         elif a in layout.split_axes():
-            return ctx.fail(op, f"all-reduce over {_axes(ctx, frozenset(axes))} adds up different shards: the "
-                            f"value is split over \"{a}\" ({ctx.describe(layout)})", evidence=True,
-                            found=ctx.describe(layout))
+            folded = _fold_shards(ctx, term, layout, a, reducer)
+            if folded is None:
+                return ctx.unsupported(op, f"an all-reduce over \"{a}\", which splits a dim together with other axes")
+            term, layout = folded
         elif reducer is Reducer.SUM:
             # Summing n copies of the same value is n times the value: a new value, not the old one.
             n = ctx.mesh.axis_size(a)
@@ -293,6 +308,32 @@ def _all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: R
         elif reducer is Reducer.PROD:
             return ctx.unsupported(op, "product all-reduce of replicated values")
     return Holds(term, Layout(layout.dims, tuple(partial.items())), f.origin if remaining else None)
+
+
+def _fold_shards(ctx: Ctx, term: Term, layout: Layout, a: str, reducer: Reducer) -> tuple[Term, Layout] | None:
+    """All-reducing a value split over `a` combines *different* shards: the result is the reduction of
+    the tensor's blocks along that dim (exact; usually not what the program meant, which the term
+    comparison then shows)."""
+    d = next(i for i, dd in enumerate(layout.dims) if a in dd)
+    axes = layout.dims[d]
+    k = axes.index(a)
+    major, minor = ctx.mesh.size_of(axes[:k]), ctx.mesh.size_of(axes[k + 1:])
+    if minor != 1 or reducer not in (Reducer.SUM, Reducer.MAX, Reducer.MIN):
+        return None  # minor axes would interleave with the folded blocks
+    n = ctx.mesh.axis_size(a)
+    shape = term.type.shape
+    rest = shape[d] // (major * n)
+    split = (*shape[:d], major, n, rest, *shape[d + 1:])
+    dtype = term.type.dtype
+    t = ctx.terms.apply("reshape", (term,), (), TensorType(split, dtype))
+    init = ctx.terms.scalar({Reducer.SUM: 0.0, Reducer.MAX: float("-inf"), Reducer.MIN: float("inf")}[reducer], dtype)
+    red = (d + 1,)
+    reduced = TensorType((*shape[:d], major, rest, *shape[d + 1:]), dtype)
+    t = ctx.terms.apply("reduce", (t, init), (("dimensions", red), ("reducer", reducer.value)), reduced)
+    t = ctx.terms.apply("reshape", (t,), (), TensorType((*shape[:d], major * rest, *shape[d + 1:]), dtype))
+    dims = list(layout.dims)
+    dims[d] = axes[:k]
+    return t, Layout(tuple(dims), layout.partial)
 
 
 def all_gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

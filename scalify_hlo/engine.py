@@ -107,6 +107,10 @@ class _Prover:
 
     def run(self) -> Report:
         bp, ap = self.bp, self.ap
+        if max(bp.module.num_replicas, ap.module.num_replicas) > 1:
+            # Cross-replica collectives and replica-id are modelled for one replica only.
+            return self._report(Unknown("programs with several replicas (num_replicas > 1) are not supported; "
+                                        "expected SPMD partitions of one replica"))
         t0 = time.perf_counter()
         bd = Deriver(self.terms, Mesh(()))
         params = [self.terms.param(i, p.tensor, _param_name(bp, i)) for i, p in enumerate(bp.func.params)]

@@ -295,6 +295,11 @@ class Module:
         return self.funcs[self.entry]
 
     @property
+    def num_replicas(self) -> int:
+        v = self.attrs.get("mhlo.num_replicas", self.extra.get("replica_count", 1))
+        return int(v) if isinstance(v, int) else 1
+
+    @property
     def num_partitions(self) -> int:
         v = self.attrs.get("mhlo.num_partitions", self.extra.get("num_partitions", 1))
         return int(v) if isinstance(v, int) else 1

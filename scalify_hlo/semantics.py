@@ -116,7 +116,7 @@ IDENTITY_CUSTOM_CALLS = frozenset({"Sharding", "ShardingConstraint", "mhlo.shard
 _HINTS = frozenset({
     "precision_config", "mhlo.sharding", "sdy.sharding", "mhlo.frontend_attributes", "channel_handle",
     "use_global_device_ids", "result_accuracy", "indices_are_sorted", "unique_indices", "algorithm",
-    "compare_type", "mhlo.original_value", "backend_config",
+    "mhlo.original_value", "backend_config",
 })
 
 

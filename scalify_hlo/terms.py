@@ -218,9 +218,12 @@ def _slice(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tensor
 
 
 def _compare(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
-    # The comparison type is implied by the element type, except TOTALORDER which changes NaN order.
+    # JAX spells the comparison type, XLA leaves out the default one: drop it only when it is the default
+    # for the operands' element type (comparing unsigned values as SIGNED is another comparison).
     kind = a.get("compare_type")
-    if kind is None or kind == "TOTALORDER":
+    dtype = args[0].type.dtype
+    default = "FLOAT" if dtype.startswith(("f", "bf")) else "UNSIGNED" if dtype.startswith(("ui", "i1")) else "SIGNED"
+    if kind is not None and kind != default:
         return None
     return terms.mk("compare", args, (("comparison_direction", a["comparison_direction"]),), type)
 

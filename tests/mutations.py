@@ -39,9 +39,9 @@ def _ops(region: Region) -> Iterator[Op]:
                 yield from _ops(r)
 
 
-def sites(module: Module, kind: str) -> list[Op]:
-    """The ops of `module`'s entry that mutation `kind` can change."""
-    f = inline(module)
+def sites(module: Module, kind: str, f: Func | None = None) -> list[Op]:
+    """The ops of `module`'s (inlined) entry that mutation `kind` can change."""
+    f = f or inline(module)
     out = []
     for op in _ops(f.body):
         if kind in ("replica_groups", "drop_collective") and op.opcode in COLLECTIVES:
@@ -67,11 +67,11 @@ def sites(module: Module, kind: str) -> list[Op]:
 
 
 def mutate(module: Module, kind: str, index: int, rng: np.random.Generator) -> Mutant | None:
-    candidates = sites(module, kind)
+    f = inline(module)
+    candidates = sites(module, kind, f)
     if not candidates:
         return None
     op = candidates[index % len(candidates)]
-    f = inline(module)
     new, subst = _mutated_op(op, kind, rng)
     body = _rebuild(f.body, op, new, subst)
     func = dataclasses.replace(f, body=body)
