@@ -19,9 +19,9 @@ def sniff(data: bytes, path: str) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
+        where = data[: err.start].count(b"\n") + 1
         raise ParseError(
-            Span(path, line), "binary data that is neither UTF-8 text nor MLIR bytecode; "
+            Span(path, where), "binary data that is neither UTF-8 text nor MLIR bytecode; "
             "expected StableHLO (.mlir text or bytecode) or HLO text") from None
     for number, line in enumerate(text.splitlines(), start=1):
         s = line.strip()

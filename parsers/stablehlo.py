@@ -303,7 +303,7 @@ def _holder(dtype: str) -> np.dtype[Any]:
     except ValueError:
         return np.dtype("float64")
     # Low-precision floats are held as float32: the interpreter rounds on convert, not on storage.
-    return np.dtype("float32") if nd.kind == "V" or nd.itemsize < 4 and nd.kind == "f" else nd
+    return np.dtype("float32") if nd.kind == "V" or (nd.itemsize < 4 and nd.kind == "f") else nd
 
 
 def _scalar(v: Any) -> Any:

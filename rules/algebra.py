@@ -92,7 +92,8 @@ def algebra(x: Tensor, y: Tensor, z: Tensor, a: f64, t: String) -> object:
     yield rewrite((x * y) * z).to(x * (y * z))
     # Subtraction and negation.
     yield rewrite(x - y).to(x + (-y))
-    yield rewrite(-(-x)).to(x)
+    minus_x = -x
+    yield rewrite(-minus_x).to(x)
     yield rewrite(-(x * y)).to((-x) * y)
     yield rewrite(-(x / y)).to((-x) / y)
     yield rewrite(-(x + y)).to((-x) + (-y))

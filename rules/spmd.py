@@ -189,8 +189,8 @@ def dot_general(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     partial = dict(partial_in)
     if partial and any(r is not Reducer.SUM for r in partial.values()):
         return (ctx.fail(op, "dot_general of a value partial under max/min", evidence=True, origin=origin),)
-    for a in contracted:
-        partial[a] = Reducer.SUM
+    for axis in contracted:
+        partial[axis] = Reducer.SUM
     try:
         layout = Layout(tuple(out_dims), tuple(partial.items()))
     except ShardingError:
@@ -268,7 +268,7 @@ def all_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     axes = _groups_axes(ctx, op)
     reducer = reducer_of(op.regions[0]) if op.regions else None
     out: list[Fact] = []
-    for f, res in zip(facts, op.results, strict=True):
+    for f in facts:
         if isinstance(axes, Failed):
             out.append(axes)
         elif reducer is None:

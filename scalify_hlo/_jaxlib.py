@@ -47,7 +47,7 @@ def make_context() -> Any:
 def hlo_module_from_text(text: str) -> Any:
     """XLA's own HLO text parser. Raises whatever XLA raises on malformed text (caught by the caller)."""
     _quiet_xla()
-    from jaxlib import _hlo
+    from jaxlib import _hlo  # type: ignore[attr-defined]
 
     return _hlo.hlo_module_from_text(text)
 
@@ -63,7 +63,7 @@ def hlo_proto_to_stablehlo(proto: bytes) -> bytes:
 def hlo_sharding_class() -> Any:
     """XLA's `HloSharding`, whose `from_string` parses every GSPMD sharding spelling."""
     _quiet_xla()
-    from jaxlib import _hlo
+    from jaxlib import _hlo  # type: ignore[attr-defined]
 
     return _hlo.HloSharding
 

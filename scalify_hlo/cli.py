@@ -59,7 +59,8 @@ def diff(
 @app.command()
 def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO text file")]) -> None:
     """Summarise a program: ops, collectives, mesh, layouts of inputs and outputs."""
-    from . import parsers
+    import scalify_hlo.parsers as parsers
+
     from .ir import Literal, walk
     from .program import COLLECTIVES, prepare
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -109,7 +110,7 @@ class Deriver:
         out_t = op.result.tensor
         if out_t.size * n > VARYING_LIMIT:
             return None
-        arrays = []
+        arrays: list[Any] = []
         for f in facts:
             if isinstance(f, Varying):
                 arrays.append(f.values)

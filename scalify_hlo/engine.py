@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import parsers
+import scalify_hlo.parsers as parsers  # (installed from ./parsers: mypy cannot follow the mapping)
+
 from .derive import Deriver
 from .egraph import Budget, EGraph
 from .errors import MismatchError, Span
@@ -23,7 +24,7 @@ from .ir import Module, Op, TensorType, walk
 from .localize import localize_failure, localize_mismatch
 from .mesh import Layout, Mesh
 from .program import Program, prepare
-from .report import Discrepancy, Equivalent, Finding, OutputProof, Report, Unknown
+from .report import Counterexample, Discrepancy, Equivalent, Finding, OutputProof, Report, Unknown
 from .sync import Sync
 from .terms import Term, Terms
 
@@ -129,7 +130,7 @@ class _Prover:
         self.sync = Sync(self.egraph, before_values)
         self.bd = bd
         self.loops = {
-            tuple(sorted(g.term.id for v in op.operands if isinstance(g := bd.facts.get(v), Holds))): op
+            tuple(sorted(init.term.id for v in op.operands if isinstance(init := bd.facts.get(v), Holds))): op
             for op in walk(bp.func.body.ops) if op.opcode == "while"}
         t0 = time.perf_counter()
         ad = Deriver(self.terms, ap.mesh, resync=self.sync.resync, known=self.sync.known, loops=self._induction)
@@ -139,7 +140,7 @@ class _Prover:
         t0 = time.perf_counter()
         verdict = self._outputs(bd, ad, before_terms, aouts)
         self.timings["outputs"] = time.perf_counter() - t0
-        if isinstance(verdict, Equivalent) and self.egraph.stats.egraph_calls:
+        if isinstance(verdict, Equivalent) and (self.sync.stats.resynced or self.sync.stats.proven):
             self.notes.append("the proof used equality saturation (associativity/commutativity and exact scalings "
                               "over the reals); floating-point results may differ by rounding")
         return self._report(verdict)
@@ -275,9 +276,8 @@ class _Prover:
             return Unknown(doubts[0].reason, tuple(doubts))
         return Equivalent(tuple(proofs))
 
-    def _counterexample(self, j: int, after_term: Term, before_term: Term):  # type: ignore[no-untyped-def]
+    def _counterexample(self, j: int, after_term: Term, before_term: Term) -> Counterexample | None:
         """Both sides evaluated on random inputs: the evidence that an unproven equality is false."""
-        from .report import Counterexample
         from .termeval import NotEvaluable, evaluate
 
         leaves = {t.id: t for root in (after_term, before_term) for t in root.walk() if t.op == "param"}

@@ -141,8 +141,8 @@ class Opaque:
 
 
 AttrValue: TypeAlias = (
-    bool | int | float | str | None | tuple[Any, ...] | Literal | DotDims | GatherDims | ScatterDims
-    | ChannelHandle | Opaque | Type
+    bool | int | float | str | tuple[Any, ...] | Literal | DotDims | GatherDims | ScatterDims
+    | ChannelHandle | Opaque | Type | None
 )
 
 

@@ -67,6 +67,12 @@ def _ops_in_order(p: Program) -> Iterator[Op]:
     return walk(p.func.body.ops)
 
 
+def _what(op: Op) -> str:
+    """The JAX primitive an op came from (its op_name's last part), else its opcode."""
+    name = op.loc.op_name
+    return name.rsplit("/", 1)[-1] if name else op.opcode
+
+
 def _first_user_with_source(p: Program, op: Op) -> Op | None:
     """XLA gives constants no metadata: point at the first op that uses the value and has a source line."""
     frontier = set(op.results)
@@ -144,11 +150,12 @@ def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, 
     after_site = Site.of(after_op, _describe(_fact(ad, after_op), ap)) if after_op is not None else None
     before_site = Site.of(before_op, _describe(_fact(bd, before_op), bp)) if before_op is not None else None
     if after_op is not None and before_op is not None:
-        reason = (f"output {j} differs from the reference: the values part ways at {after_op.opcode} "
-                  f"({after_site.source if after_site else '?'}), where the reference computes {before_op.opcode} "
+        reason = (f"output {j} differs from the reference: the values part ways at {_what(after_op)} "
+                  f"({after_site.source if after_site else '?'}), where the reference computes {_what(before_op)} "
                   f"({before_site.source if before_site else '?'})")
     elif after_op is not None:
-        reason = f"output {j} differs from the reference from {after_op.opcode} on: it has no counterpart there"
+        reason = (f"output {j} differs from the reference from {_what(after_op)} "
+                  f"({after_site.source if after_site else '?'}) on: it has no counterpart there")
     else:
         reason = f"output {j}: could not prove it equal to the reference"
     return Finding(reason, before_site, after_site)

@@ -488,6 +488,20 @@ def mesh_axes_of(name: str, mesh: Mesh) -> tuple[str, ...]:
 
 # ------------------------------------------------------------------------------------ groups and pairs
 
+def canonical_groups(groups: npt.ArrayLike, mesh: Mesh | None = None) -> IntArray:
+    """Replica groups with their rows in a canonical order (by the mesh position of their first member,
+    or by device id without a mesh): the order of the groups carries no meaning, so mesh inference must
+    not read structure into it."""
+    g = np.asarray(groups, dtype=np.int64)
+    if g.ndim != 2 or g.size == 0:
+        return g
+    try:
+        key = mesh.positions(g[:, 0]) if mesh is not None else g[:, 0]
+    except ShardingError:
+        key = g[:, 0]
+    return g[np.argsort(key, kind="stable")]
+
+
 def axes_of_groups(groups: npt.ArrayLike, mesh: Mesh, num_devices: int) -> tuple[str, ...]:
     """The mesh axes (major first) a [G, S] replica/device group array spans; empty = all devices in id
     order. Groups must be the fibres of those axes, each listed in their mixed-radix order."""

@@ -32,7 +32,7 @@ class _Chain:
     @staticmethod
     def of(root: Term) -> _Chain:
         sizes: dict[int, int] = {}
-        root_dims = []
+        root_dims: list[list[int]] = []
         for i, n in enumerate(root.type.shape):
             if n == 1:
                 root_dims.append([])

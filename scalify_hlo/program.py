@@ -18,8 +18,17 @@ from . import _jaxlib
 from .errors import ShardingError, Span
 from .inline import inline
 from .ir import Attrs, Func, Literal, Module, Op, TensorType, walk
-from .mesh import Layout, Mesh, infer_mesh
-from .sharding import SdySharding, Sharding, Tiled, TupleSharding, layout_of, mesh_from_sdy, parse_gspmd, parse_sdy
+from .mesh import Layout, Mesh, canonical_groups, infer_mesh
+from .sharding import (
+    SdySharding,
+    Sharding,
+    Tiled,
+    TupleSharding,
+    layout_of,
+    mesh_from_sdy,
+    parse_gspmd,
+    parse_sdy,
+)
 
 COLLECTIVES = frozenset({
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
@@ -80,7 +89,7 @@ def _has_spmd_ops(func: Func) -> bool:
     return any(op.opcode in COLLECTIVES or op.opcode == "partition_id" for op in walk(func.body.ops))
 
 
-def _device_arrays(module: Module, func: Func) -> Iterator[tuple[np.ndarray, str]]:
+def _device_arrays(module: Module, func: Func, hint: Mesh | None = None) -> Iterator[tuple[np.ndarray, str]]:
     """Every device list of the module that a mesh must factor: tile assignments and replica groups."""
     def from_sharding(s: Sharding | None, label: str) -> Iterator[tuple[np.ndarray, str]]:
         if isinstance(s, Tiled):
@@ -97,7 +106,7 @@ def _device_arrays(module: Module, func: Func) -> Iterator[tuple[np.ndarray, str
         yield from from_sharding(_gspmd_only(op.attrs), f"sharding of {op.describe()}")
         groups = op.attrs.get("replica_groups")
         if isinstance(groups, Literal) and groups.array.size and "channel_handle" in op.attrs:
-            yield groups.array.astype(np.int64), f"replica groups of {op.describe()}"
+            yield canonical_groups(groups.array, hint), f"replica groups of {op.describe()}"
 
 
 def _gspmd_only(attrs: Attrs) -> Sharding | None:
@@ -112,8 +121,8 @@ def module_mesh(module: Module, func: Func, hint: Mesh | None = None) -> Mesh:
             raise ShardingError(Span(module.path), f"{len(names)} meshes ({', '.join(sorted(names))}); "
                                 "expected one sdy.mesh per module")
         return mesh_from_sdy(module.meshes[0][1])
-    arrays = list(_device_arrays(module, func))
     num = module.num_partitions
+    arrays = list(_device_arrays(module, func, hint if hint is not None and hint.size == num else None))
     if hint is not None and hint.size == num:
         base: Mesh | None = hint
     else:

@@ -30,6 +30,7 @@ MAX_CANDIDATES = 4
 class SyncStats:
     attempts: int = 0
     resynced: int = 0
+    proven: int = 0  # equalities (outputs, loop steps) that needed the e-graph
     no_candidate: int = 0
 
 
@@ -97,10 +98,8 @@ class Sync:
         """The before terms at the bottom of `t`'s foreign region (None: region too big)."""
         if t.id in self._frontier:
             return self._frontier[t.id]
-        size = 0
         leaves: set[int] = set()
-        for node in _walk_until(t, self.before):
-            size += 1
+        for size, node in enumerate(_walk_until(t, self.before), start=1):
             if size > MAX_REGION:
                 self._frontier[t.id] = None
                 return None
@@ -149,7 +148,9 @@ class Sync:
     def prove(self, t: Term, b: Term) -> bool:
         if t is b:
             return True
-        return self.prove_many(t, [b])[0]
+        proven = self.prove_many(t, [b])[0]
+        self.stats.proven += proven
+        return proven
 
     def _leaves(self, t: Term, candidates: list[Term]) -> frozenset[int] | None:
         """Opaque leaves: before terms under `t`'s foreign region, and for each candidate the terms
@@ -160,9 +161,7 @@ class Sync:
         shared = set(frontier)
         # Everything under a shared leaf is shared too; the candidates' own regions stop there.
         for b in candidates:
-            size = 0
-            for node in _walk_until(b, shared):
-                size += 1
+            for size, _ in enumerate(_walk_until(b, shared), start=1):
                 if size > MAX_REGION:
                     return None
         return frozenset(shared)

@@ -8,6 +8,7 @@ evaluate the two sides of an unproven equality on random inputs.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def evaluate(root: Term, env: Mapping[int, np.ndarray]) -> np.ndarray:
         kernel = KERNELS.get(t.op)
         if kernel is None:
             raise NotEvaluable(f"no kernel for {t.op}")
-        (out,) = kernel(machine, as_op(t), args)
+        (out,) = kernel(machine, as_op(t), list[Any](args))
         values[t.id] = np.asarray(out)
     return values[root.id][0]
 

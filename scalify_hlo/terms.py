@@ -199,7 +199,7 @@ def _broadcast(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Te
 
 
 def _dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
-    lhs, rhs = args
+    lhs = args[0]
     dims = DotDims((), (), (lhs.type.rank - 1,), (0,))
     return terms.mk("dot_general", args, (("dot_dimension_numbers", dims),), type)
 

@@ -42,3 +42,14 @@ def fixtures() -> list[Fixture]:
         if (d / "expected.json").exists():
             out.append(Fixture(d.name, d, json.loads((d / "expected.json").read_text())))
     return out
+
+
+def _hypothesis_profile() -> None:
+    # CI must be reproducible: a property test explores the same examples on every run.
+    from hypothesis import settings
+
+    settings.register_profile("repro", derandomize=True, database=None, deadline=None)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
+
+
+_hypothesis_profile()

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES
 
 MLP = FIXTURES / "megatron_mlp_shardy"

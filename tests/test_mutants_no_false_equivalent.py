@@ -10,11 +10,11 @@ import functools
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import FIXTURES
 from mutations import KINDS, mutate, sites
+
 from scalify_hlo import numeric, parsers
 from scalify_hlo.engine import verify
 from scalify_hlo.ir import Module

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import Fixture, fixtures
+
 from scalify_hlo.engine import verify
 
 FIXTURES = fixtures()
