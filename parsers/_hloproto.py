@@ -1,13 +1,20 @@
-"""Keep HLO instruction names through XLA's HLO→StableHLO converter.
+"""Two repairs to an `HloModuleProto` before XLA's HLO→StableHLO converter sees it.
 
-The converter names an op's MLIR location after its metadata `op_name` when there is one, and only
-otherwise after the instruction (`%all-reduce.3`). Reports must name the instruction, so before
-converting we prefix every instruction's `op_name` with its name and a separator, editing the
-serialized `HloModuleProto` at the protobuf wire level (no protobuf dependency; the fields touched are
-stable parts of xla/service/hlo.proto and xla/xla_data.proto).
+1. Instruction names. The converter names an op's MLIR location after its metadata `op_name` when there
+   is one, and only otherwise after the instruction (`%all-reduce.3`). Reports must name the
+   instruction, so every instruction's `op_name` is prefixed with its name and a separator.
+2. Mesh-spelled replica groups. `replica_groups=mesh['a'=4,'b'=2], device_ids=(...) {'a'}` reaches
+   the converter as a mesh-axes device list, and the converter drops its `device_ids` (jaxlib 0.10.2):
+   the groups it emits are then wrong. We rewrite such lists as the explicit groups they denote.
+
+Both edit the serialized proto at the protobuf wire level (no protobuf dependency; the field numbers
+are those of xla/service/hlo.proto and xla/xla_data.proto, checked against XLA's own serialisation in
+tests/test_parse_hlo_names_and_groups.py).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 NAME_SEP = "\x1f"  # ASCII unit separator: never part of an HLO name or a JAX op_name
 
@@ -16,6 +23,8 @@ _COMPUTATION_INSTRUCTIONS = 2  # HloComputationProto.instructions
 _INSTRUCTION_NAME = 1  # HloInstructionProto.name
 _INSTRUCTION_METADATA = 7  # HloInstructionProto.metadata
 _METADATA_OP_NAME = 2  # OpMetadata.op_name
+_INSTRUCTION_DEVICE_LIST = 87  # HloInstructionProto.collective_device_list (explicit groups)
+_INSTRUCTION_MESH_GROUPS = 93  # HloInstructionProto: a MeshAxesReplicaGroupListProto
 _LEN = 2  # wire type: length-delimited
 
 
@@ -81,6 +90,74 @@ def _rewrite(buf: bytes, number: int, edit: object) -> bytes:
     return b"".join(parts)
 
 
+def _packed(payload: bytes) -> list[int]:
+    out, i = [], 0
+    while i < len(payload):
+        v, i = _varint(payload, i)
+        out.append(v)
+    return out
+
+
+def _ints(fields: list[tuple[int, int, bytes, bytes]], number: int) -> list[int]:
+    """A repeated integer field, packed or not."""
+    out: list[int] = []
+    for n, wire, raw, payload in fields:
+        if n == number and wire == _LEN:
+            out.extend(_packed(payload))
+        elif n == number and wire == 0:
+            _, i = _varint(raw, 0)  # skip the tag
+            out.append(_varint(raw, i)[0])
+    return out
+
+
+def mesh_groups(list_proto: bytes) -> np.ndarray:
+    """The [groups, size] device array a MeshAxesReplicaGroupListProto denotes: every group is the
+    devices that differ only along the listed (sub-)axes, in their order."""
+    fields = _fields(list_proto)
+    mesh = _fields(next(p for n, _, _, p in fields if n == 1))
+    axes = [_fields(p) for n, _, _, p in mesh if n == 1]
+    sizes = [(_ints(a, 2) or [1])[0] for a in axes]
+    n = int(np.prod(sizes))
+    ids = np.array(_ints(mesh, 2), dtype=np.int64)
+    iota = next((_fields(p) for k, _, _, p in mesh if k == 3), None)
+    if ids.size == 0:
+        ids = np.arange(n, dtype=np.int64)
+        if iota is not None:
+            dims, perm = _ints(iota, 1), _ints(iota, 2)
+            ids = ids.reshape(dims).transpose(perm or range(len(dims))).reshape(-1)
+    refs = []
+    for k, _, _, p in fields:
+        if k == 2:
+            ref = _fields(p)
+            axis = (_ints(ref, 1) or [0])[0]
+            sub = next((_fields(q) for m, _, _, q in ref if m == 2), None)
+            pre, size = ((_ints(sub, 1) or [1])[0], (_ints(sub, 2) or [sizes[axis]])[0]) if sub else (1, sizes[axis])
+            refs.append((axis, pre, size))
+    # Cut every axis at the sub-axis boundaries the groups mention, then move the listed parts last.
+    cuts = [{1, s} for s in sizes]
+    for axis, pre, size in refs:
+        cuts[axis] |= {pre, pre * size}
+    pieces: list[tuple[int, int]] = []  # (axis, pre-size) of every refined digit, major first
+    shape: list[int] = []
+    for axis, c in enumerate(cuts):
+        bounds = sorted(c)
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            pieces.append((axis, lo))
+            shape.append(hi // lo)
+    grid = ids.reshape(shape)
+    listed = [i for axis, pre, size in refs for i, (a, lo) in enumerate(pieces)
+              if a == axis and pre <= lo < pre * size]
+    others = [i for i in range(len(pieces)) if i not in listed]
+    group = int(np.prod([shape[i] for i in listed])) if listed else 1
+    return grid.transpose(others + listed).reshape(-1, group)
+
+
+def _explicit_device_list(groups: np.ndarray) -> bytes:
+    """A CollectiveDeviceListProto listing `groups` (ReplicaGroup.replica_ids, packed)."""
+    body = b"".join(_len_field(1, _len_field(1, b"".join(_encode_varint(int(d)) for d in row))) for row in groups)
+    return _len_field(_INSTRUCTION_DEVICE_LIST, body)
+
+
 def _name_instruction(inst: bytes) -> bytes:
     fields = _fields(inst)
     name = next((p for n, w, _, p in fields if n == _INSTRUCTION_NAME and w == _LEN), b"")
@@ -89,12 +166,16 @@ def _name_instruction(inst: bytes) -> bytes:
     op_name = next((p for n, w, _, p in meta_fields if n == _METADATA_OP_NAME and w == _LEN), b"")
     kept = b"".join(raw for n, _, raw, _ in meta_fields if n != _METADATA_OP_NAME)
     meta = _len_field(_METADATA_OP_NAME, name + NAME_SEP.encode() + op_name) + kept
-    rest = b"".join(raw for n, _, raw, _ in fields if n != _INSTRUCTION_METADATA)
+    rest = b"".join(raw for n, _, raw, _ in fields if n not in (_INSTRUCTION_METADATA, _INSTRUCTION_MESH_GROUPS))
+    mesh = next((p for n, w, _, p in fields if n == _INSTRUCTION_MESH_GROUPS and w == _LEN), None)
+    if mesh is not None:
+        rest += _explicit_device_list(mesh_groups(mesh))
     return rest + _len_field(_INSTRUCTION_METADATA, meta)
 
 
 def name_instructions(module_proto: bytes) -> bytes:
-    """The same module with each instruction's op_name prefixed by `<name><NAME_SEP>`."""
+    """The same module with each instruction's op_name prefixed by `<name><NAME_SEP>` and mesh-spelled
+    replica groups written out as explicit groups."""
     return _rewrite(
         module_proto,
         _MODULE_COMPUTATIONS,
