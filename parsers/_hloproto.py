@@ -14,6 +14,8 @@ tests/test_parse_hlo_names_and_groups.py).
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 NAME_SEP = "\x1f"  # ASCII unit separator: never part of an HLO name or a JAX op_name
@@ -141,7 +143,7 @@ def mesh_groups(list_proto: bytes) -> np.ndarray:
     shape: list[int] = []
     for axis, c in enumerate(cuts):
         bounds = sorted(c)
-        for lo, hi in zip(bounds, bounds[1:], strict=False):
+        for lo, hi in itertools.pairwise(bounds):
             pieces.append((axis, lo))
             shape.append(hi // lo)
     grid = ids.reshape(shape)
