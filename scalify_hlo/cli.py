@@ -32,13 +32,14 @@ def diff(
     seed: Annotated[int, typer.Option(help="random seed of the numeric check")] = 0,
     iterations: Annotated[int, typer.Option(help="egglog iteration budget per question")] = 12,
     timeout: Annotated[float, typer.Option(help="egglog seconds budget per question")] = 5.0,
+    nodes: Annotated[int, typer.Option(help="egglog e-node budget per question")] = 50_000,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print only the verdict line")] = False,
 ) -> None:
     """Prove AFTER equivalent to BEFORE, or name the op and source line where they differ."""
     from .egraph import Budget
     from .engine import Options, verify
 
-    opts = Options(numeric=numeric, budget=Budget(iterations=iterations, seconds=timeout), seed=seed)
+    opts = Options(numeric=numeric, budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed)
     report = verify(before, after, opts)
     if numeric:
         from .oracle import with_numeric

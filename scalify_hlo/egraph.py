@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import egglog
@@ -42,7 +42,6 @@ class Stats:
     max_nodes: int = 0
     seconds: float = 0.0
     exhausted: int = 0
-    rules_used: set[str] = field(default_factory=set)
 
 
 def _lit(v: Any) -> Any:
@@ -91,6 +90,7 @@ class EGraph:
         self.raw = high._egraph
         self._schedule_text = self._make_schedule()
         self._memo: dict[tuple[Any, ...], tuple[bool, ...]] = {}
+        self._parsed_schedule: list[Any] | None = None
 
     def _make_schedule(self) -> str:
         alg, trip = (str(rs.ident) for rs in (algebra.algebra, algebra.tripwires))
@@ -127,7 +127,6 @@ class EGraph:
             roots = [t for pair in pairs for t in pair]
             fed = self._feed_pruned(roots, leaves)
             self.stats.nodes_fed += fed
-            self.stats.max_nodes = max(self.stats.max_nodes, fed)
             result = self._saturate_and_compare(pairs)
         finally:
             self.raw.run_program(bindings.Pop(_SPAN, 1))
@@ -162,16 +161,31 @@ class EGraph:
         if all(done):
             return tuple(done)
         deadline = time.perf_counter() + self.budget.seconds
-        schedule = self.raw.parse_program(self._schedule_text)
+        schedule = self._schedule()
+        saturated = False
         for _ in range(self.budget.iterations):
             reports = self.raw.run_program(*schedule)
             done = [d or same(a, b) for d, (a, b) in zip(done, pairs, strict=True)]
+            size = self.size()
+            self.stats.max_nodes = max(self.stats.max_nodes, size)
             if all(done) or not _changed(reports):
+                saturated = True
                 break
-            if time.perf_counter() > deadline:
-                self.stats.exhausted += 1
+            if time.perf_counter() > deadline or size > self.budget.nodes:
                 break
+        if not all(done) and not saturated:
+            self.stats.exhausted += 1  # a budget ran out: "not proven" may just mean "not yet"
         return tuple(done)
+
+    def _schedule(self) -> list[Any]:
+        if self._parsed_schedule is None:
+            self._parsed_schedule = self.raw.parse_program(self._schedule_text)
+        return self._parsed_schedule
+
+    def size(self) -> int:
+        """Rows in every function of the e-graph (e-nodes, roughly)."""
+        (report,) = self.raw.run_program(bindings.PrintSize(_SPAN, None))
+        return sum(n for _, n in report.sizes)
 
 
 def _changed(reports: Any) -> bool:

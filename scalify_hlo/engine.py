@@ -69,6 +69,7 @@ def verify(before: str | Path | Module, after: str | Path | Module, options: Opt
         "egraph_memo_hits": prover.egraph.stats.memo_hits,
         "egraph_max_nodes": prover.egraph.stats.max_nodes,
         "egraph_seconds": round(prover.egraph.stats.seconds, 4),
+        "egraph_budget_exhausted": prover.egraph.stats.exhausted,
         "resynced": prover.sync.stats.resynced if prover.sync else 0,
     }
     return Report(report.verdict, str(bm.path), str(am.path), stats, report.notes, report.numeric)
@@ -273,7 +274,10 @@ class _Prover:
         if evidence:
             return Discrepancy(tuple(evidence + doubts))
         if doubts:
-            return Unknown(doubts[0].reason, tuple(doubts))
+            reason = doubts[0].reason
+            if self.egraph.stats.exhausted:
+                reason += " (an e-graph budget ran out: raise --iterations, --nodes or --timeout)"
+            return Unknown(reason, tuple(doubts))
         return Equivalent(tuple(proofs))
 
     def _counterexample(self, j: int, after_term: Term, before_term: Term) -> Counterexample | None:

@@ -1,0 +1,28 @@
+"""The numeric oracle agrees with XLA on every correct fixture's pair and disagrees on every bug pair."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import Fixture, fixtures
+from scalify_hlo import numeric, parsers
+
+FIXTURES = fixtures()
+
+
+def _inputs(fx: Fixture) -> tuple[list[np.ndarray], np.lib.npyio.NpzFile]:
+    data = np.load(fx.dir / "oracle.npz")
+    n = len([k for k in data.files if k.startswith("in_")])
+    return [data[f"in_{i}"] for i in range(n)], data
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=[f.name for f in FIXTURES])
+def test_oracle_agrees_exactly_when_correct(fx: Fixture) -> None:
+    inputs, data = _inputs(fx)
+    before, after = parsers.load(fx.before), parsers.load(fx.after)
+    ref, out = numeric.run_pair(before, after, inputs)
+    xla_ref = data["before_out_0"].reshape(ref[0].shape)
+    assert numeric.compare([xla_ref], ref[:1], rtol=1e-3, atol=1e-4).ok, "the reference disagrees with XLA"
+    same = numeric.compare(ref, out, rtol=1e-3, atol=1e-4).ok
+    assert same == (fx.expected["verdict"] == "equivalent")
