@@ -185,7 +185,8 @@ class EGraph:
     def size(self) -> int:
         """Rows in every function of the e-graph (e-nodes, roughly)."""
         (report,) = self.raw.run_program(bindings.PrintSize(_SPAN, None))
-        return sum(n for _, n in report.sizes)
+        assert isinstance(report, bindings.PrintAllFunctionsSize)
+        return sum(int(n) for _, n in report.sizes)
 
 
 def _changed(reports: Any) -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import Fixture, fixtures
+
 from scalify_hlo import numeric, parsers
 
 FIXTURES = fixtures()
