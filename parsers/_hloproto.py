@@ -160,19 +160,66 @@ def _explicit_device_list(groups: np.ndarray) -> bytes:
     return _len_field(_INSTRUCTION_DEVICE_LIST, body)
 
 
+_MESH_GROUPS_TAG = _encode_varint(_INSTRUCTION_MESH_GROUPS << 3 | _LEN)
+
+
 def _name_instruction(inst: bytes) -> bytes:
+    """`inst` with its op_name prefixed by its name (and mesh-spelled groups made explicit).
+
+    The fast path copies the bytes around the metadata field (C++ serialises fields in number order,
+    so name and metadata come early); only an instruction whose bytes may hold a mesh device list
+    is taken apart completely."""
+    if _MESH_GROUPS_TAG in inst:
+        return _name_instruction_slow(inst)
+    i = 0
+    name = b""
+    meta_start = meta_end = None
+    while i < len(inst):
+        start = i
+        tag, i = _varint(inst, i)
+        number, wire = tag >> 3, tag & 7
+        if number > _INSTRUCTION_METADATA:
+            meta_start = meta_end = start
+            break
+        if wire == 0:
+            _, i = _varint(inst, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == _LEN:
+            n, i = _varint(inst, i)
+            if number == _INSTRUCTION_NAME:
+                name = inst[i:i + n]
+            elif number == _INSTRUCTION_METADATA:
+                meta_start, meta_end = start, i + n
+                break
+            i += n
+        else:
+            return _name_instruction_slow(inst)
+    else:
+        meta_start = meta_end = len(inst)
+    old = inst[meta_start:meta_end]
+    meta_payload = b"" if meta_start == meta_end else _fields(old)[0][3]
+    return inst[:meta_start] + _len_field(_INSTRUCTION_METADATA, _named_metadata(name, meta_payload)) + inst[meta_end:]
+
+
+def _named_metadata(name: bytes, meta: bytes) -> bytes:
+    meta_fields = _fields(meta)
+    op_name = next((p for n, w, _, p in meta_fields if n == _METADATA_OP_NAME and w == _LEN), b"")
+    kept = b"".join(raw for n, _, raw, _ in meta_fields if n != _METADATA_OP_NAME)
+    return _len_field(_METADATA_OP_NAME, name + NAME_SEP.encode() + op_name) + kept
+
+
+def _name_instruction_slow(inst: bytes) -> bytes:
     fields = _fields(inst)
     name = next((p for n, w, _, p in fields if n == _INSTRUCTION_NAME and w == _LEN), b"")
     old_meta = next((p for n, w, _, p in fields if n == _INSTRUCTION_METADATA and w == _LEN), b"")
-    meta_fields = _fields(old_meta)
-    op_name = next((p for n, w, _, p in meta_fields if n == _METADATA_OP_NAME and w == _LEN), b"")
-    kept = b"".join(raw for n, _, raw, _ in meta_fields if n != _METADATA_OP_NAME)
-    meta = _len_field(_METADATA_OP_NAME, name + NAME_SEP.encode() + op_name) + kept
     rest = b"".join(raw for n, _, raw, _ in fields if n not in (_INSTRUCTION_METADATA, _INSTRUCTION_MESH_GROUPS))
     mesh = next((p for n, w, _, p in fields if n == _INSTRUCTION_MESH_GROUPS and w == _LEN), None)
     if mesh is not None:
         rest += _explicit_device_list(mesh_groups(mesh))
-    return rest + _len_field(_INSTRUCTION_METADATA, meta)
+    return rest + _len_field(_INSTRUCTION_METADATA, _named_metadata(name, old_meta))
 
 
 def name_instructions(module_proto: bytes) -> bytes:

@@ -76,9 +76,19 @@ class _Reader:
         self.shlo, self.mhlo = d["stablehlo"], d["mhlo"]
         self.counter = 0
         self.meshes: dict[str, str] = {}  # sdy.mesh symbol → text, for mesh-spelled replica groups
+        self.type_cache: dict[Any, Type] = {}
+        self.decoded: dict[Any, tuple[tuple[Frame, ...], tuple[str, ...]]] = {}
+        self.attr_cache: dict[Any, AttrValue] = {}
 
     # -- types ---------------------------------------------------------------------------------------
     def type_of(self, t: Any) -> Type:
+        # MLIR uniques types (and attributes): their Python wrappers hash by identity of the storage.
+        cached = self.type_cache.get(t)
+        if cached is None:
+            cached = self.type_cache[t] = self._type_of(t)
+        return cached
+
+    def _type_of(self, t: Any) -> Type:
         ir = self.ir
         if isinstance(t, ir.RankedTensorType):
             return TensorType(tuple(int(s) for s in t.shape), str(t.element_type))
@@ -91,44 +101,64 @@ class _Reader:
 
     # -- locations -------------------------------------------------------------------------------------
     def loc_of(self, loc: Any) -> SourceLoc:
-        cached = self.loc_cache.get(loc)
+        # Location wrappers hash by object; their attribute form is uniqued, so key the cache by that.
+        key = loc.attr
+        cached = self.loc_cache.get(key)
         if cached is None:
-            frames: list[Frame] = []
-            names: list[str] = []
-            self._collect(loc, frames, names, None)
+            frames, names = self._decode(loc, None)
             op_name = names[0] if names else None
             inst = None
             if op_name is not None and self.name_sep is not None and self.name_sep in op_name:
                 inst, op_name = op_name.split(self.name_sep, 1)
                 op_name = op_name or None
             line = self.name_lines.get(inst) if inst is not None else None
-            cached = SourceLoc(tuple(frames), op_name, inst, self.path if line else None, line)
-            self.loc_cache[loc] = cached
+            cached = SourceLoc(frames, op_name, inst, self.path if line else None, line)
+            self.loc_cache[key] = cached
         return cached
 
-    def _collect(self, loc: Any, frames: list[Frame], names: list[str], fn: str | None) -> None:
+    def _decode(self, loc: Any, fn: str | None) -> tuple[tuple[Frame, ...], tuple[str, ...]]:
+        """(frames innermost first, op names) of a location; memoized per sub-location, since the
+        instructions of an HLO dump share their call stacks but not their (named) locations."""
+        key = (loc.attr, fn)
+        hit = self.decoded.get(key)
+        if hit is not None:
+            return hit
         ir = self.ir
+        frames: tuple[Frame, ...] = ()
+        names: tuple[str, ...] = ()
         if isinstance(loc, ir.NameLoc):
             name = loc.name_str
             child = loc.child_loc
             if isinstance(child, ir.FileLineColLoc):
-                # JAX spells a frame as loc("function"("file":line:col)).
-                self._collect(child, frames, names, name)
+                frames, names = self._decode(child, name)  # JAX spells a frame loc("fn"("file":line:col))
             else:
-                names.append(name)
-                self._collect(child, frames, names, fn)
+                frames, inner = self._decode(child, fn)
+                names = (name, *inner)
         elif isinstance(loc, ir.CallSiteLoc):
-            self._collect(loc.callee, frames, names, fn)
-            self._collect(loc.caller, frames, names, fn)
+            f1, n1 = self._decode(loc.callee, fn)
+            f2, n2 = self._decode(loc.caller, fn)
+            frames, names = (*f1, *f2), (*n1, *n2)
         elif isinstance(loc, ir.FileLineColLoc):
             if loc.filename not in ("-", ""):
-                frames.append(Frame(loc.filename, int(loc.start_line), int(loc.start_col), fn))
+                frames = (Frame(loc.filename, int(loc.start_line), int(loc.start_col), fn),)
         elif isinstance(loc, ir.FusedLoc):
             for sub in loc.locations:
-                self._collect(sub, frames, names, fn)
+                f, n = self._decode(sub, fn)
+                frames, names = (*frames, *f), (*names, *n)
+        self.decoded[key] = (frames, names)
+        return frames, names
 
     # -- attributes ------------------------------------------------------------------------------------
     def attr(self, a: Any) -> AttrValue:
+        try:
+            if a in self.attr_cache:
+                return self.attr_cache[a]
+        except TypeError:  # an attribute without a hash
+            return self._attr(a)
+        value = self.attr_cache[a] = self._attr(a)
+        return value
+
+    def _attr(self, a: Any) -> AttrValue:
         ir, sh, mh = self.ir, self.shlo, self.mhlo
         if isinstance(a, ir.BoolAttr):
             return bool(a.value)

@@ -40,6 +40,9 @@ class _Inliner:
                 ops.extend(inner.ops)
                 env.update(zip(op.results, inner.results, strict=True))
                 continue
+            if not fresh and site is None and not op.regions and operands == op.operands:
+                ops.append(op)  # nothing to rewrite: share the op (most ops of an entry function)
+                continue
             regions = tuple(self.region(r, env, fresh, site, stack) for r in op.regions)
             results = tuple(self._clone(r, env) for r in op.results) if fresh else op.results
             loc = _merge(op.loc, site) if site is not None else op.loc

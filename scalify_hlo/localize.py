@@ -133,8 +133,9 @@ def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, 
     after_op = min(blamed, key=lambda o: order[id(o)]) if blamed else None
     covered: set[int] = set()
     for f in ad.facts.values():
-        if isinstance(f, Holds) and sync.synced(f.term) and f.term.id not in covered:
-            covered.update(t.id for t in f.term.walk() if t.id not in covered)
+        if isinstance(f, Holds) and sync.synced(f.term):
+            for _ in f.term.walk(covered):
+                pass
     inside_before = _subterms(before_term)
     before_op: Op | None = None
     for op in _ops_in_order(bp):

@@ -222,10 +222,16 @@ class Layout:
     partial: tuple[tuple[str, Reducer], ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dims", tuple(tuple(d) for d in self.dims))
-        object.__setattr__(self, "partial", tuple(sorted(self.partial, key=lambda p: p[0])))
-        used = [a for d in self.dims for a in d] + [a for a, _ in self.partial]
-        if len(set(used)) != len(used):
+        # (Built tens of thousands of times per program: normalise only what is not normal yet.)
+        dims = self.dims
+        if type(dims) is not tuple or any(type(d) is not tuple for d in dims):
+            object.__setattr__(self, "dims", dims := tuple(tuple(d) for d in dims))
+        partial = self.partial
+        if type(partial) is not tuple or len(partial) > 1:
+            object.__setattr__(self, "partial", partial := tuple(sorted(partial, key=lambda p: p[0])))
+        used = [a for d in dims for a in d]
+        used += [a for a, _ in partial]
+        if len(used) > 1 and len(set(used)) != len(used):
             raise ShardingError(None, f"layout {self.describe()} uses a mesh axis twice; expected each axis "
                                 "at most once across the dims and the partial set")
 

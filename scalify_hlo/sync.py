@@ -39,10 +39,9 @@ class Sync:
         self.egraph = egraph
         self.before: dict[int, Term] = {}
         self.users: dict[int, list[Term]] = defaultdict(list)
+        seen: set[int] = set()
         for root in before_roots:
-            for t in root.walk():
-                if t.id in self.before:
-                    continue
+            for t in root.walk(seen):
                 self.before[t.id] = t
                 for a in t.args:
                     self.users[a.id].append(t)
@@ -53,10 +52,9 @@ class Sync:
 
     def add_before(self, roots: Iterable[Term]) -> None:
         """More reference terms (a loop body unrolled once over fresh loop variables)."""
+        seen = set(self.before)
         for root in roots:
-            for t in root.walk():
-                if t.id in self.before:
-                    continue
+            for t in root.walk(seen):
                 self.before[t.id] = t
                 self.signatures.add((t.op, tuple(a.type for a in t.args), t.type))
                 for a in t.args:

@@ -44,9 +44,12 @@ class Term:
     def __repr__(self) -> str:
         return f"t{self.id}:{self.op}{list(self.type.shape)}"
 
-    def walk(self) -> Iterator[Term]:
-        """Every distinct subterm once, children before parents."""
-        seen: set[int] = set()
+    def walk(self, seen: set[int] | None = None) -> Iterator[Term]:
+        """Every distinct subterm once, children before parents; subterms already in `seen` (which the
+        walk extends) are skipped, so walking many roots with one `seen` visits each node once."""
+        seen = set() if seen is None else seen
+        if self.id in seen:
+            return
         stack: list[tuple[Term, bool]] = [(self, False)]
         while stack:
             t, expanded = stack.pop()
