@@ -1,0 +1,70 @@
+"""The Python API: `verify(before, after, **options) -> Report` on paths, text or lowered objects.
+
+Accepted for either side: a path, StableHLO/HLO text or MLIR bytecode, a jax `Lowered` (its StableHLO with
+locations), a jax `Compiled` (its optimized HLO), an `ir.Module` from jaxlib's MLIR bindings, or an
+already parsed `scalify_hlo.ir.Module`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import scalify_hlo.parsers as parsers
+
+from .egraph import Budget
+from .engine import Options
+from .engine import verify as _verify
+from .ir import Module
+from .report import Report
+
+Source = str | bytes | Path | Module | Any
+
+
+def as_module(source: Source, name: str) -> Module:
+    """Any accepted input as a parsed module (`name` labels it in diagnostics when it has no path)."""
+    if isinstance(source, Module):
+        return source
+    if isinstance(source, Path):
+        return parsers.load(source)
+    if isinstance(source, bytes):
+        return parsers.loads(source, name)
+    if isinstance(source, str):
+        head = source.lstrip()[:200]
+        if "\n" in source or head.startswith(("module", "HloModule", "func.func", "#loc", "//")):
+            return parsers.loads(source, name)
+        return parsers.load(source)
+    as_text = getattr(source, "as_text", None)
+    if callable(as_text):  # jax Lowered (StableHLO with locations) or Compiled (optimized HLO)
+        try:
+            text = as_text(debug_info=True)
+        except TypeError:
+            text = as_text()
+        return parsers.loads(text, name)
+    get_asm = getattr(source, "operation", None)
+    if get_asm is not None and hasattr(get_asm, "get_asm"):  # an ir.Module
+        return parsers.loads(get_asm.get_asm(enable_debug_info=True), name)
+    raise TypeError(f"cannot verify a {type(source).__name__}; expected a path, IR text or bytes, a jax Lowered "
+                    "or Compiled object, an MLIR module or a scalify_hlo.ir.Module")
+
+
+def verify(before: Source, after: Source, *, numeric: bool = False, seed: int = 0, iterations: int = 12,
+           nodes: int = 50_000, timeout: float = 5.0) -> Report:
+    """Prove `after` (the distributed program) equivalent to `before` (its single-device reference).
+
+    Returns a `Report`; `report.name` is "equivalent", "discrepancy" or "unknown", `report.render()` the
+    compiler-style diagnostic, `report.to_json()` the JSON report. Bad input raises `ScalifyError`."""
+    bm, am = as_module(before, "<before>"), as_module(after, "<after>")
+    opts = Options(numeric=numeric, budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed)
+    report = _verify(bm, am, opts)
+    if numeric:
+        from .oracle import with_numeric
+
+        report = with_numeric(report, bm, am, seed)
+    return report
+
+
+def assert_equivalent(report: Report) -> None:
+    """A pytest-friendly assertion: passes on `equivalent`, else fails with the full diagnostic."""
+    if report.name != "equivalent":
+        raise AssertionError(f"scalify-hlo: {report.name}\n{report.render()}")
