@@ -3,6 +3,8 @@ GSPMD-partitioned jit, check_shard_map on hand-parallel code, and the pytest ass
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -56,5 +58,6 @@ def test_check_shard_map_catches_missing_psum(mesh: jax.sharding.Mesh) -> None:
     with pytest.raises(AssertionError, match="psum"):
         scalify_hlo.assert_equivalent(report)
     site = report.findings[0].after
-    marker = next(n for n, line in enumerate(open(__file__), start=1) if "forgets the psum" in line)
+    lines = Path(__file__).read_text().splitlines()
+    marker = next(n for n, line in enumerate(lines, start=1) if "forgets the psum" in line)
     assert site is not None and site.source == f"{__file__}:{marker}"
