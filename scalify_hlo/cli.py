@@ -95,6 +95,29 @@ def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO tex
             typer.echo(f"  {op.describe()} over {over} at {op.loc.site or '?'}")
 
 
+@app.command()
+def audit(
+    file: Annotated[Path, typer.Argument(help="a partitioned HLO or shard_map StableHLO program")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the audit as JSON ('-' for stdout)")] = None,
+    plot: Annotated[Path | None, typer.Option(help="an SVG/PNG bar chart of bytes per layer (needs matplotlib)")] = None,
+) -> None:
+    """Collectives with their mesh axes and bytes per device, per layer, and flags worth a look."""
+    import scalify_hlo.parsers as parsers
+
+    from .audit import audit as run_audit
+    from .audit import plot as plot_audit
+
+    result = run_audit(parsers.load(file))
+    if json_out is not None and str(json_out) == "-":
+        typer.echo(result.dumps())
+    else:
+        if json_out is not None:
+            json_out.write_text(result.dumps() + "\n", encoding="utf-8")
+        typer.echo(result.render())
+    if plot is not None:
+        plot_audit(result, str(plot))
+
+
 def main() -> None:
     try:
         rc = app(standalone_mode=False)
