@@ -156,6 +156,32 @@ def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     return (min(choices, key=lambda c: c[0])[1],)
 
 
+def bitcast(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """HLO's bitcast (after layout assignment) reinterprets the operand's buffer under the result's
+    layout: a transpose to physical order, a reshape, and a transpose back. With default (row-major)
+    layouts it is a plain reshape."""
+    src = tuple(int(i) for i in np.asarray(op.attrs["source_layout"].array))  # type: ignore[union-attr]
+    res = tuple(int(i) for i in np.asarray(op.attrs["result_layout"].array))  # type: ignore[union-attr]
+    if src == tuple(reversed(range(len(src)))) and res == tuple(reversed(range(len(res)))):
+        return reshape(ctx, op, facts)
+    ops = _operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return (ops,)
+    (x,) = ops
+    if x.layout != Layout.replicated(x.layout.rank):
+        return (ctx.unsupported(op, "a layout-changing bitcast of a sharded value"),)
+    dtype = op.result.tensor.dtype
+    out_shape = op.result.tensor.shape
+    to_physical = tuple(reversed(src))
+    t = ctx.terms.apply("transpose", (x.term,), (("permutation", to_physical),),
+                        TensorType(tuple(x.term.type.shape[d] for d in to_physical), dtype))
+    order = tuple(reversed(res))
+    t = ctx.terms.apply("reshape", (t,), (), TensorType(tuple(out_shape[d] for d in order), dtype))
+    back = tuple(order.index(d) for d in range(len(order)))
+    t = ctx.terms.apply("transpose", (t,), (("permutation", back),), TensorType(tuple(out_shape), dtype))
+    return (Holds(t, Layout.replicated(len(out_shape)), x.origin),)
+
+
 def transpose(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     v = _try_varying(ctx, op, facts)
     if v is not None:

@@ -96,6 +96,38 @@ def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO tex
 
 
 @app.command()
+def passes(
+    dump: Annotated[Path, typer.Argument(help="an XLA dump dir (--xla_dump_to=DIR --xla_dump_hlo_pass_re=.*)")],
+    stop: Annotated[bool, typer.Option("--stop/--continue", help="stop at the first pass that breaks meaning")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON ('-' for stdout)")] = None,
+) -> None:
+    """Verify each consecutive pass pair of an XLA dump; name the first pass that breaks meaning."""
+    import json
+
+    from .errors import ParseError, Span
+    from .passes import check_dump, render
+
+    if not dump.is_dir():
+        raise ParseError(Span(str(dump)), "not a directory; expected an XLA dump directory")
+    results = check_dump(dump, stop_at_first=stop)
+    if not results:
+        raise ParseError(Span(str(dump)), "no per-pass module dumps (module_*.after_*.txt) in this directory; "
+                         "expected a dump made with --xla_dump_hlo_pass_re=.*")
+    data = [{"module": r.module, "passes": r.passes, "before": r.before.name, "after": r.after.name, "mode": r.mode,
+             "verdict": r.verdict, "seconds": round(r.seconds, 3), "reason": r.reason,
+             "report": r.report.to_json() if r.report is not None and r.verdict == "discrepancy" else None}
+            for r in results]
+    if json_out is not None and str(json_out) == "-":
+        typer.echo(json.dumps(data, indent=2, default=str))
+    else:
+        if json_out is not None:
+            json_out.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+        typer.echo(render(results))
+    verdicts = {r.verdict for r in results}
+    raise typer.Exit(1 if "discrepancy" in verdicts else 2 if "unknown" in verdicts else 0)
+
+
+@app.command()
 def audit(
     file: Annotated[Path, typer.Argument(help="a partitioned HLO or shard_map StableHLO program")],
     json_out: Annotated[Path | None, typer.Option("--json", help="write the audit as JSON ('-' for stdout)")] = None,

@@ -43,7 +43,7 @@ class Deriver:
     """Derives a fact for every value of a function, given facts for its parameters."""
 
     def __init__(self, terms: Terms, mesh: Mesh, resync: Resync | None = None,
-                 known: Callable[[Term], int] | None = None, loops: Loops | None = None) -> None:
+                 known: Callable[[Term], int] | None = None, loops: Loops | None = None, plain: bool = False) -> None:
         self.terms = terms
         self.mesh = mesh
         self.facts: dict[Value, Fact] = {}
@@ -59,6 +59,11 @@ class Deriver:
             "manual_computation": _manual,
             "while": loops if loops is not None else _while_terms,
         }
+        if plain:
+            # Same-device-count comparison (two per-device programs): a collective or partition-id is an
+            # opaque op that both sides must perform alike, not something to reason through.
+            for opcode in (*_PLAIN_OPAQUE, "partition_id", "replica_id"):
+                self.hooks[opcode] = _opaque
 
     # -- driving ----------------------------------------------------------------------------------------
     def region(self, region: Region, args: Sequence[Fact]) -> tuple[Fact, ...]:
@@ -171,6 +176,31 @@ class Deriver:
                     gtype = TensorType(full.shape, t.dtype)
                     return self._lifted(f, Holds(constant_term(full, gtype, self.terms), layout))
         return Failed("a device-dependent value that is not the shard of any tensor", None, False)
+
+
+_PLAIN_OPAQUE = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+                 "collective_broadcast")
+
+
+def _opaque(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """An op kept as an uninterpreted term of its operands and attributes. A variadic collective acts
+    on each operand alone (that is what XLA's combiners rely on), so result i depends on operand i."""
+    from .semantics import term_attrs
+
+    held: list[Term] = []
+    for f in facts:
+        g = d.lift(f)
+        if not isinstance(g, Holds):
+            return tuple(d.ctx.unsupported(op, "an operand without a term") for _ in op.results)
+        held.append(g.term)
+    attrs = term_attrs(op)
+    out: list[Fact] = []
+    per_operand = op.opcode in _PLAIN_OPAQUE and len(held) == len(op.results) > 1
+    for i, r in enumerate(op.results):
+        t = r.tensor
+        args = (held[i],) if per_operand else tuple(held)
+        out.append(Holds(d.terms.mk(op.opcode, args, attrs, t), Layout.replicated(t.rank)))
+    return tuple(out)
 
 
 def _while_terms(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

@@ -36,6 +36,7 @@ class Options:
     budget: Budget = field(default_factory=Budget)
     seed: int = 0
     numeric_limit: int = 1 << 24  # elements: term evaluation for counterexamples only below this
+    plain: bool = False  # same-device-count equivalence (two per-device or two global programs, no layouts)
 
 
 def load(source: str | Path | Module) -> Module:
@@ -57,7 +58,7 @@ def verify(before: str | Path | Module, after: str | Path | Module, options: Opt
     bp = prepare(bm)
     ap = prepare(am, hint=bp.mesh if bp.mesh.size == am.num_partitions else None)
     timings["mesh"] = time.perf_counter() - t0
-    _check_pair(bp, ap)
+    _check_pair(bp, ap, opts.plain)
     prover = _Prover(bp, ap, opts)
     report = prover.run()
     timings.update(prover.timings)
@@ -79,7 +80,7 @@ def verify(before: str | Path | Module, after: str | Path | Module, options: Opt
     return Report(report.verdict, str(bm.path), str(am.path), stats, report.notes, report.numeric)
 
 
-def _check_pair(bp: Program, ap: Program) -> None:
+def _check_pair(bp: Program, ap: Program, plain: bool = False) -> None:
     """Inputs the two programs cannot be compared on at all: that is bad input (exit 3), not a verdict."""
     b, a = bp.func, ap.func
     if len(b.params) != len(a.params):
@@ -94,7 +95,7 @@ def _check_pair(bp: Program, ap: Program) -> None:
         if pb.type.dtype != pa.type.dtype:
             raise MismatchError(Span(ap.path), f"parameter {i} is {pa.type} after but {pb.type} before; "
                                 "expected the same element type")
-        layout = ap.in_layouts[i] if ap.form == "spmd" else None
+        layout = ap.in_layouts[i] if ap.form == "spmd" and not plain else None
         want = layout.local_shape(pb.type.shape, ap.mesh) if layout is not None else pb.type.shape
         if tuple(pa.type.shape) != tuple(want):
             how = f"its {layout.describe(ap.mesh)} shard" if layout is not None else "the same shape"
@@ -118,7 +119,8 @@ class _Prover:
             return self._report(Unknown("programs with several replicas (num_replicas > 1) are not supported; "
                                         "expected SPMD partitions of one replica"))
         t0 = time.perf_counter()
-        bd = Deriver(self.terms, Mesh(()))
+        plain = self.opts.plain
+        bd = Deriver(self.terms, Mesh(()), plain=plain)
         params = [self.terms.param(i, p.tensor, _param_name(bp, i)) for i, p in enumerate(bp.func.params)]
         bouts = bd.region(bp.func.body, [Holds(t, Layout.replicated(t.type.rank)) for t in params])
         self.timings["before"] = time.perf_counter() - t0
@@ -129,7 +131,7 @@ class _Prover:
                 reason = g.reason if isinstance(g, Failed) else "a non-tensor result"
                 return self._report(Unknown(f"the before program's output {j} cannot be read: {reason}"))
             before_terms.append(g.term)
-        if bp.form != "global":
+        if bp.form != "global" and not plain:
             return self._report(Unknown(f"the before program is a {bp.form} program; expected a single-device one"))
         before_values = [f.term for f in bd.facts.values() if isinstance(f, Holds)]
         self.sync = Sync(self.egraph, before_values)
@@ -138,7 +140,8 @@ class _Prover:
             tuple(sorted(init.term.id for v in op.operands if isinstance(init := bd.facts.get(v), Holds))): op
             for op in walk(bp.func.body.ops) if op.opcode == "while"}
         t0 = time.perf_counter()
-        ad = Deriver(self.terms, ap.mesh, resync=self.sync.resync, known=self.sync.known, loops=self._induction)
+        ad = Deriver(self.terms, Mesh(()) if plain else ap.mesh, resync=self.sync.resync, known=self.sync.known,
+                     loops=self._induction, plain=plain)
         seeds = self._seeds(params)
         aouts = ad.region(ap.func.body, seeds)
         self.timings["after"] = time.perf_counter() - t0
@@ -221,12 +224,12 @@ class _Prover:
         ap = self.ap
         seeds: list[Fact] = []
         for i, t in enumerate(params):
-            layout = ap.in_layouts[i] if ap.form == "spmd" else None
+            layout = ap.in_layouts[i] if ap.form == "spmd" and not self.opts.plain else None
             seeds.append(Holds(t, layout or Layout.replicated(t.type.rank)))
         return seeds
 
     def _expected_layout(self, j: int, rank: int) -> Layout | None:
-        if self.ap.form != "spmd":
+        if self.ap.form != "spmd" or self.opts.plain:
             return Layout.replicated(rank)
         return self.ap.out_layouts[j] or self.bp.out_layouts[j]
 

@@ -41,6 +41,7 @@ OPS: dict[str, OpSem] = {
     "all_to_all": OpSem(S.all_to_all),
     "and": _EW,
     "atan2": _EW,
+    "bitcast": OpSem(L.bitcast),
     "bitcast_convert": _EW,
     "broadcast_in_dim": OpSem(L.broadcast_in_dim),
     "cbrt": _EW,

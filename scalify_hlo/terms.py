@@ -23,6 +23,12 @@ from .ir import DotDims, Literal, TensorType
 AttrKey = tuple[tuple[str, Any], ...]
 
 COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
+ELEMENTWISE = frozenset({
+    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "convert", "cosine", "divide", "erf",
+    "exponential", "exponential_minus_one", "floor", "is_finite", "log", "log_plus_one", "logistic", "maximum",
+    "minimum", "multiply", "negate", "not", "or", "power", "remainder", "round_nearest_afz", "round_nearest_even",
+    "rsqrt", "select", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor",
+})
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -122,6 +128,10 @@ class Terms:
             out = rule(self, args, dict(attrs), type)
             if out is not None:
                 return out
+        if op in ELEMENTWISE and args:
+            sunk = _sink_movement(self, op, args, attrs, type)
+            if sunk is not None:
+                return sunk
         if op in COMMUTATIVE and len(args) == 2 and args[0].id > args[1].id:
             args = (args[1], args[0])
         return self.mk(op, args, attrs, type)
@@ -229,6 +239,36 @@ def _compare(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
     if kind is not None and kind != default:
         return None
     return terms.mk("compare", args, (("comparison_direction", a["comparison_direction"]),), type)
+
+
+def _sink_movement(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+    """An elementwise op on equally broadcast (or equally reshaped) operands is the broadcast (reshape)
+    of the op on the smaller operands: exact, and the form XLA's reshape mover and algebraic simplifier
+    produce. Splat operands follow along at the smaller shape."""
+    moved = [a for a in args if a.op in ("broadcast_in_dim", "reshape") and scalar_value(a) is None]
+    if not moved:
+        return None
+    first = moved[0]
+    src = first.args[0]
+    if any(a.op != first.op or a.attrs != first.attrs or a.args[0].type.shape != src.type.shape for a in moved):
+        return None
+    if src.type.size >= type.size and first.op == "broadcast_in_dim":
+        return None
+    inner: list[Term] = []
+    for a in args:
+        if a in moved:
+            inner.append(a.args[0])
+            continue
+        v = scalar_value(a)
+        if v is None:
+            return None
+        scalar = a
+        while scalar.op == "broadcast_in_dim":
+            scalar = scalar.args[0]
+        inner.append(terms.apply("broadcast_in_dim", (scalar,), (("broadcast_dimensions", ()),),
+                                 TensorType(src.type.shape, a.type.dtype)) if src.type.rank else scalar)
+    small = terms.apply(op, tuple(inner), attrs, TensorType(src.type.shape, type.dtype))
+    return terms.apply(first.op, (small,), first.attrs, type)
 
 
 def _exact(value: float, dtype: str) -> bool:

@@ -1,0 +1,125 @@
+"""`scalify-hlo passes DUMP_DIR`: verify every pass of an XLA pipeline dump, in order.
+
+An XLA dump made with `--xla_dump_to=DIR --xla_dump_hlo_pass_re=.*` holds, per module, the module
+before optimizations and after every pass that changed it:
+`module_0000.jit_f.0007.spmd-cleanup.after_cse.before_pipeline-end.txt`. Consecutive files bracket the
+passes that ran between them. Each pair is checked with the same prover: the SPMD partitioner's pair
+(a global program to a per-device one) with the full distributed check, every other pair as plain
+equivalence at the same device count (collectives are then opaque ops both sides must perform alike).
+A pass that changed only layouts, schedules or metadata leaves the term DAG as it was: its proof costs
+a parse and a walk, no e-graph.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import scalify_hlo.parsers as parsers
+
+from .engine import Options
+from .engine import verify as verify_modules
+from .errors import ScalifyError
+from .inline import inline
+from .ir import Module
+from .program import form_of
+from .report import Report
+
+_INDEXED = re.compile(r"^module_(\d+)\.(.+)\.(\d{4})\.(.+?)\.after_(.+?)(?:\.before_(.+?))?\.txt$")
+_FIRST = re.compile(r"^module_(\d+)\.(.+)\.before_optimizations\.txt$")
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    module: str
+    index: int  # -1: before optimizations
+    pipeline: str
+    after_pass: str
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    module: str
+    passes: str  # what ran between the two dumps
+    before: Path
+    after: Path
+    mode: str  # "distributed" | "plain"
+    report: Report | None
+    seconds: float
+    error: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        return self.report.name if self.report is not None else "unknown"
+
+    @property
+    def reason(self) -> str:
+        if self.error is not None:
+            return self.error
+        return self.report.verdict.reason if self.report is not None else ""
+
+
+def stages(dump: Path) -> dict[str, list[Stage]]:
+    """Per module (id.name), its dumps in pipeline order."""
+    out: dict[str, list[Stage]] = {}
+    for p in sorted(dump.iterdir()):
+        if m := _INDEXED.match(p.name):
+            key = f"{m.group(1)}.{m.group(2)}"
+            out.setdefault(key, []).append(Stage(key, int(m.group(3)), m.group(4), m.group(5), p))
+        elif m := _FIRST.match(p.name):
+            key = f"{m.group(1)}.{m.group(2)}"
+            out.setdefault(key, []).append(Stage(key, -1, "", "before-optimizations", p))
+    for key in out:
+        out[key].sort(key=lambda s: s.index)
+    return out
+
+
+def check_dump(dump: Path, *, stop_at_first: bool = False, options: Options | None = None) -> list[PassResult]:
+    results: list[PassResult] = []
+    cache: dict[Path, Module] = {}
+
+    def load(p: Path) -> Module:
+        if p not in cache:
+            cache[p] = parsers.load(p)
+        return cache[p]
+
+    for key, seq in stages(dump).items():
+        for a, b in itertools.pairwise(seq):
+            name = f"{b.pipeline}/{b.after_pass}" if b.pipeline else b.after_pass
+            started = time.perf_counter()
+            try:
+                ma, mb = load(a.path), load(b.path)
+                fa, fb = form_of(ma, inline(ma)), form_of(mb, inline(mb))
+                plain = not (fa == "global" and fb == "spmd")
+                opts = options or Options()
+                report = verify_modules(ma, mb, Options(opts.numeric, opts.budget, opts.seed, opts.numeric_limit,
+                                                        plain=plain))
+                results.append(PassResult(key, name, a.path, b.path, "plain" if plain else "distributed", report,
+                                          time.perf_counter() - started))
+            except ScalifyError as err:
+                results.append(PassResult(key, name, a.path, b.path, "?", None, time.perf_counter() - started,
+                                          err.message))
+            if stop_at_first and results[-1].verdict == "discrepancy":
+                return results
+    return results
+
+
+def render(results: list[PassResult]) -> str:
+    lines = [f"{'module':<22} {'pass':<58} {'mode':<11} {'verdict':<12} {'seconds':>7}"]
+    for r in results:
+        lines.append(f"{r.module[:22]:<22} {r.passes[:58]:<58} {r.mode:<11} {r.verdict:<12} {r.seconds:>7.2f}")
+    broken = next((r for r in results if r.verdict == "discrepancy"), None)
+    counts = {v: sum(1 for r in results if r.verdict == v) for v in ("equivalent", "discrepancy", "unknown")}
+    lines.append(f"{len(results)} pass pairs: {counts['equivalent']} equivalent, {counts['discrepancy']} discrepancy, "
+                 f"{counts['unknown']} unknown")
+    if broken is not None and broken.report is not None:
+        lines.append(f"first pass that breaks meaning: {broken.passes} ({broken.after.name})")
+        lines.append(broken.report.render())
+    for r in results:
+        if r.verdict == "unknown":
+            lines.append(f"unknown: {r.passes}: {r.reason[:200]}")
+    return "\n".join(lines)
