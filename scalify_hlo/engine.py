@@ -19,7 +19,7 @@ import scalify_hlo.parsers as parsers  # (installed from ./parsers: mypy cannot 
 from . import _jaxlib
 from .derive import Deriver
 from .egraph import Budget, EGraph
-from .errors import MismatchError, Span
+from .errors import MismatchError, Span, UnsupportedError
 from .facts import Fact, Failed, Holds, Varying, view
 from .ir import Module, Op, TensorType, walk
 from .localize import localize_failure, localize_mismatch
@@ -287,20 +287,34 @@ class _Prover:
             return Unknown(reason, tuple(doubts))
         return Equivalent(tuple(proofs))
 
+    def _run_per_device(self, j: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Plain mode: both per-device programs on the same random per-device inputs, output `j` of all
+        devices (collectives exchange data between the simulated devices)."""
+        from . import numeric
+
+        devices = max(self.bp.module.num_partitions, self.ap.module.num_partitions, 1)
+        inputs = _stacked_random(self.bp, devices, rng)
+        b = numeric.run(self.bp.func, inputs, devices, module=self.bp.module)[j]
+        a = numeric.run(self.ap.func, inputs, devices, module=self.ap.module)[j]
+        return np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+
     def _counterexample(self, j: int, after_term: Term, before_term: Term) -> Counterexample | None:
         """Both sides evaluated on random inputs: the evidence that an unproven equality is false."""
         from .termeval import NotEvaluable, evaluate
 
-        leaves = {t.id: t for root in (after_term, before_term) for t in root.walk() if t.op == "param"}
         total = sum(t.type.size for root in (after_term, before_term) for t in root.walk())
         if total > self.opts.numeric_limit:
             return None
         rng = np.random.default_rng(self.opts.seed)
-        env = {i: _random(t.type, rng) for i, t in leaves.items()}
         try:
-            a = evaluate(after_term, env).astype(np.float64)
-            b = evaluate(before_term, env).astype(np.float64)
-        except (NotEvaluable, ValueError, TypeError, IndexError, KeyError, NotImplementedError):
+            if self.opts.plain:
+                a, b = self._run_per_device(j, rng)
+            else:
+                leaves = {t.id: t for root in (after_term, before_term) for t in root.walk() if t.op == "param"}
+                env = {i: _random(t.type, rng) for i, t in leaves.items()}
+                a = evaluate(after_term, env).astype(np.float64)
+                b = evaluate(before_term, env).astype(np.float64)
+        except (NotEvaluable, UnsupportedError, ValueError, TypeError, IndexError, KeyError, NotImplementedError):
             return None
         if a.shape != b.shape:
             return None
@@ -312,6 +326,10 @@ class _Prover:
             return None
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, diff, -1))), a.shape))
         return Counterexample(j, idx, float(b[idx]), float(a[idx]), float(np.nanmax(diff)))
+
+
+def _stacked_random(p: Program, devices: int, rng: np.random.Generator) -> list[np.ndarray]:
+    return [np.stack([_random(v.tensor, rng) for _ in range(devices)]) for v in p.func.params]
 
 
 def _random(t: TensorType, rng: np.random.Generator) -> np.ndarray:

@@ -1,0 +1,50 @@
+"""`scalify-hlo passes` over a real XLA pipeline dump of the Llama block: every pass pair proven or
+`unknown` with a reason (never a discrepancy), and a hand-broken pass output found at its pass and op."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from scalify_hlo.passes import check_dump, render
+
+DUMPS = REPO / "tests" / "pass_dumps"
+
+
+def _unpack(name: str, dest: Path) -> Path:
+    with tarfile.open(DUMPS / name) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> list:  # type: ignore[type-arg]
+    return check_dump(_unpack("llama_block.tar.gz", tmp_path_factory.mktemp("clean")))
+
+
+def test_every_pass_pair_is_proven_or_unknown_with_a_reason(clean: list) -> None:  # type: ignore[type-arg]
+    verdicts = [r.verdict for r in clean]
+    assert "discrepancy" not in verdicts, render(clean)
+    assert len(clean) >= 50
+    assert verdicts.count("equivalent") >= 40, render(clean)
+    assert all(r.reason for r in clean if r.verdict == "unknown")
+
+
+def test_the_partitioner_pair_gets_the_distributed_check(clean: list) -> None:  # type: ignore[type-arg]
+    distributed = [r for r in clean if r.mode == "distributed"]
+    assert len(distributed) == 1 and distributed[0].verdict == "equivalent"
+
+
+def test_broken_pass_is_named_with_its_op(tmp_path: Path) -> None:
+    expected = json.loads((DUMPS / "llama_block_broken.json").read_text())
+    results = check_dump(_unpack("llama_block_broken.tar.gz", tmp_path), stop_at_first=True)
+    first = next(r for r in results if r.verdict == "discrepancy")
+    assert first.passes == expected["pass"]
+    assert first.after.name == expected["file"]
+    assert first.report is not None
+    finding = first.report.findings[0]
+    assert finding.after is not None and finding.after.instruction == expected["instruction"]
