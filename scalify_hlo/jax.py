@@ -45,7 +45,9 @@ def partitioned(fn: Callable[..., Any], *args: Any, in_shardings: Any = None, ou
     before = lowered.as_text(debug_info=True)
     name = lowered.as_text().split("module @", 1)[-1].split(" ", 1)[0]
     with tempfile.TemporaryDirectory(prefix="scalify-hlo-") as d:
-        lowered.compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning"})
+        # Every dump option is set here, so a user's own XLA_FLAGS (a module filter, say) cannot hide it.
+        lowered.compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
+                                          "xla_dump_hlo_module_re": ".*"})
         after = _after_partitioning(Path(d), name)
     return before, after
 

@@ -23,6 +23,7 @@ from .ir import DotDims, Literal, TensorType
 AttrKey = tuple[tuple[str, Any], ...]
 
 COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
+_UNIT = {"add": (0.0, (0, 1)), "subtract": (0.0, (1,)), "multiply": (1.0, (0, 1)), "divide": (1.0, (1,))}
 ELEMENTWISE = frozenset({
     "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "convert", "cosine", "divide", "erf",
     "exponential", "exponential_minus_one", "floor", "is_finite", "log", "log_plus_one", "logistic", "maximum",
@@ -132,9 +133,22 @@ class Terms:
             sunk = _sink_movement(self, op, args, attrs, type)
             if sunk is not None:
                 return sunk
+        if op in _UNIT and len(args) == 2:
+            unit, sides = _UNIT[op]
+            for side in sides:
+                if scalar_value(args[side]) == unit and args[1 - side].type == type:
+                    return args[1 - side]  # x + 0, x - 0, x · 1, x / 1
         if op in COMMUTATIVE and len(args) == 2 and args[0].id > args[1].id:
             args = (args[1], args[0])
         return self.mk(op, args, attrs, type)
+
+    def iota(self, dim: int, type: TensorType) -> Term:
+        """An iota in its normal form: a one-dimensional iota broadcast along the other dims (so that it
+        factors through elementwise ops like any broadcast)."""
+        line = self.mk("iota", (), (("iota_dimension", 0),), TensorType((type.shape[dim],), type.dtype))
+        if type.rank == 1:
+            return line
+        return self.apply("broadcast_in_dim", (line,), (("broadcast_dimensions", (dim,)),), type)
 
     def tile(self, t: Term, dim: int, n: int) -> Term:
         """The global tensor made of `n` copies of `t` along `dim` (what a replicated local value is,
@@ -149,8 +163,6 @@ class Terms:
             dims = tuple(t.attr("broadcast_dimensions"))
             if dim not in dims or src.type.shape[dims.index(dim)] == 1:
                 return self.apply("broadcast_in_dim", (src,), (("broadcast_dimensions", dims),), out)
-        if t.op == "iota" and t.attr("iota_dimension") != dim:
-            return self.mk("iota", (), t.attrs, out)
         if t.op == "reshape" and t.type.shape[dim] == 1:
             (src,) = t.args
             kept = [i for i, m in enumerate(t.type.shape) if m != 1]
@@ -177,6 +189,23 @@ def _reshape(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
     return normalize(terms, "reshape", x, a, type)
 
 
+def _select(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    pred, on_true, on_false = args
+    if type.dtype == "i1" and scalar_value(on_true) == 1.0 and scalar_value(on_false) == 0.0 and pred.type == type:
+        return pred  # select(p, true, false) is p
+    if on_true is on_false:
+        return on_true
+    return None
+
+
+def _negate(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    if not type.dtype.startswith(("f", "bf")):
+        return None
+    # -x is x · (-1): one form for the scalings XLA's simplifier moves around (exact).
+    return terms.apply("multiply", (x, _splat(terms, -1.0, type)), (), type)
+
+
 def _convert(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     (x,) = args
     return x if x.type.dtype == type.dtype else None
@@ -187,14 +216,9 @@ def _broadcast(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Te
     dims = tuple(a["broadcast_dimensions"])
     if x.type.shape == type.shape and dims == tuple(range(len(dims))):
         return x
-    if x.op == "iota":
-        k = int(x.attr("iota_dimension"))
-        if x.type.shape[k] == type.shape[dims[k]]:
-            # An iota is constant along its other dims: broadcasting it is an iota of the bigger shape.
-            return terms.mk("iota", (), (("iota_dimension", dims[k]),), type)
-    expanded = [i for i, d in enumerate(dims) if x.type.shape[i] == 1 and type.shape[d] != 1]
-    if expanded:
-        # A unit dim stretched by the broadcast is the same as a broadcast of the operand without it
+    expanded = [i for i, d in enumerate(dims) if x.type.shape[i] == 1]
+    if expanded and x.type.rank > 0:
+        # An operand's unit dim, stretched or not, carries nothing: broadcast the operand without it
         # (JAX broadcasts [b, s, 1] against [b, s, d]; XLA reshapes to [b, s] first).
         keep = [i for i in range(len(dims)) if i not in expanded]
         squeezed = terms.apply("reshape", (x,), (), TensorType(tuple(x.type.shape[i] for i in keep), x.type.dtype))
@@ -247,7 +271,9 @@ def _sink_movement(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey
     produce. Splat operands follow along at the smaller shape."""
     moved = [a for a in args if a.op in ("broadcast_in_dim", "reshape") and scalar_value(a) is None]
     if not moved:
-        return None
+        return _fold_scalars(terms, op, args, attrs, type)
+    if all(a.op == "broadcast_in_dim" for a in moved) and len({a.attrs for a in moved}) > 1:
+        return _factor_broadcasts(terms, op, args, attrs, type, moved)
     first = moved[0]
     src = first.args[0]
     if any(a.op != first.op or a.attrs != first.attrs or a.args[0].type.shape != src.type.shape for a in moved):
@@ -269,6 +295,54 @@ def _sink_movement(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey
                                  TensorType(src.type.shape, a.type.dtype)) if src.type.rank else scalar)
     small = terms.apply(op, tuple(inner), attrs, TensorType(src.type.shape, type.dtype))
     return terms.apply(first.op, (small,), first.attrs, type)
+
+
+def _factor_broadcasts(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType,
+                       moved: list[Term]) -> Term | None:
+    """op(bcast(a, dims_a), bcast(b, dims_b)) = bcast(op(bcast(a, ·), bcast(b, ·)) on the dims used, U)
+    when the operands use only the dims U of the result: broadcasts go outermost, whatever order XLA's
+    simplifier left them in."""
+    used = sorted({d for a in moved for d in a.attr("broadcast_dimensions")})
+    if len(used) == type.rank:
+        return None
+    small_shape = tuple(type.shape[d] for d in used)
+    inner: list[Term] = []
+    for a in args:
+        if a in moved:
+            dims = tuple(used.index(d) for d in a.attr("broadcast_dimensions"))
+            inner.append(terms.apply("broadcast_in_dim", a.args, (("broadcast_dimensions", dims),),
+                                     TensorType(small_shape, a.type.dtype)))
+            continue
+        v = scalar_value(a)
+        if v is None:
+            return None
+        scalar = a
+        while scalar.op == "broadcast_in_dim":
+            scalar = scalar.args[0]
+        inner.append(terms.apply("broadcast_in_dim", (scalar,), (("broadcast_dimensions", ()),),
+                                 TensorType(small_shape, a.type.dtype)))
+    small = terms.apply(op, tuple(inner), attrs, TensorType(small_shape, type.dtype))
+    return terms.apply("broadcast_in_dim", (small,), (("broadcast_dimensions", tuple(used)),), type)
+
+
+_FOLDABLE = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+             "negate": np.negative, "maximum": np.maximum, "minimum": np.minimum, "sqrt": np.sqrt}
+
+
+def _fold_scalars(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+    """Arithmetic on scalar constants, computed in the program's float type as XLA's constant folder
+    does (these ops are correctly rounded in IEEE arithmetic, so the folded value is the program's)."""
+    fn = _FOLDABLE.get(op)
+    if fn is None or type.rank != 0 or not type.dtype.startswith("f") or type.dtype not in ("f16", "f32", "f64"):
+        return None
+    if not all(a.op == "constant" and a.type.rank == 0 for a in args):
+        return None
+    from .parsers.stablehlo import numpy_dtype
+
+    dt = numpy_dtype(type.dtype)
+    with np.errstate(all="ignore"):
+        value = fn(*(np.asarray(a.attr("value").array, dtype=dt) for a in args))
+    return terms.constant(Literal(np.asarray(value, dtype=dt), type.dtype), type)
 
 
 def _exact(value: float, dtype: str) -> bool:
@@ -298,8 +372,15 @@ def _fold_scale(terms: Terms, op: str, args: tuple[Term, ...], type: TensorType)
     cv = scalar_value(c)
     if cv is None or not type.dtype.startswith(("f", "bf")):
         return None
-    if op == "multiply" and cv != 0 and math.frexp(1.0 / cv)[0] == 0.5 and abs(cv) < 1:
+    if op == "multiply" and cv != 0 and abs(math.frexp(1.0 / cv)[0]) == 0.5 and abs(cv) < 1:
         return terms.apply("divide", (x, _splat(terms, 1.0 / cv, type)), (), type)
+    if op == "divide" and x.op == "multiply" and cv != 0:
+        inner, ic = x.args
+        iv = scalar_value(ic)
+        if iv is not None:  # (x · a) / b = x · (a / b) when a / b is exact
+            ratio = Fraction(iv) / Fraction(cv)
+            if _exact(float(ratio), type.dtype) and Fraction(float(ratio)) == ratio:
+                return terms.apply("multiply", (inner, _splat(terms, float(ratio), type)), (), type)
     if x.op == op:
         inner, ic = x.args
         iv = scalar_value(ic)
@@ -329,8 +410,10 @@ _CANON = {
     "divide": _divide,
     "dot": _dot,
     "multiply": _multiply,
+    "negate": _negate,
     "optimization_barrier": _identity,
     "reshape": _reshape,
+    "select": _select,
     "slice": _slice,
     "transpose": _transpose,
 }
