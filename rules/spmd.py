@@ -140,8 +140,10 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
 
 def _misaligned(ctx: Ctx, op: Op, hs: list[Holds]) -> Failed:
     found = "; ".join(ctx.describe(h.layout) for h in hs)
+    # Not evidence: per-device values can combine shards no layout describes (the diagonal blocks of
+    # ring attention). Only the term comparison or a counterexample can say it is wrong.
     return ctx.fail(op, f"{op.opcode} combines shards that do not line up: its operands are laid out as "
-                    f"{found}", evidence=True, found=found)
+                    f"{found}", evidence=False, found=found)
 
 
 # ------------------------------------------------------------------------------------------- contractions
@@ -195,7 +197,7 @@ def dot_general(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         layout = Layout(tuple(out_dims), tuple(partial.items()))
     except ShardingError:
         return (ctx.fail(op, "dot_general's result would use one mesh axis twice (both operands' free dims "
-                         "are split over it): each device multiplies unrelated blocks", evidence=True,
+                         "are split over it): each device multiplies blocks no layout describes", evidence=False,
                          found=f"{ctx.describe(lhs.layout)} · {ctx.describe(rhs.layout)}"),)
     gtype = TensorType(
         tuple(lt.type.shape[i] for i in dims.lhs_batch) + tuple(lt.type.shape[i] for i in lhs_free)
@@ -207,7 +209,7 @@ def dot_general(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
 def reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     n = len(op.results)
     if n != 1:
-        return tuple(ctx.unsupported(op, "variadic reduce (argmax-style) is not supported yet") for _ in range(n))
+        return _variadic_reduce(ctx, op, facts)
     x, init = (ctx.lift(f) if isinstance(f, Varying) else f for f in facts)
     for f in (x, init):
         if isinstance(f, Failed):
@@ -236,6 +238,37 @@ def reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     term = ctx.terms.apply("reduce", (x.term, init.term), (("dimensions", red), ("reducer", reducer.value)),
                            TensorType(gshape, op.result.tensor.dtype))
     return (Holds(term, layout, op if split else x.origin),)
+
+
+def _variadic_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """A reduction of several operands with one body (argmax: values and indices). Supported where the
+    reduced dims are whole on every device: then it is the global reduction, shard by shard."""
+    from scalify_hlo.semantics import term_attrs
+
+    held: list[Holds] = []
+    for f in facts:
+        g = ctx.lift(f) if isinstance(f, Varying) else f
+        if not isinstance(g, Holds):
+            bad = g if isinstance(g, Failed) else ctx.unsupported(op, "operands that are not tensors")
+            return tuple(bad for _ in op.results)
+        held.append(g)
+    k = len(op.results)
+    red = tuple(op.attrs["dimensions"])  # type: ignore[arg-type]
+    xs, inits = held[:k], held[k:]
+    layout = join([Layout(h.layout.dims) for h in xs])
+    if layout is None or any(h.layout.partial for h in held) or any(i.layout.split_axes() for i in inits):
+        return tuple(ctx.unsupported(op, "a variadic reduce of operands laid out differently or partial")
+                     for _ in op.results)
+    if any(layout.dims[d] for d in red):
+        return tuple(ctx.unsupported(op, "a variadic reduce (argmax-style) over a split dim") for _ in op.results)
+    viewed = [view(h.term, h.layout, layout.dims, ctx.mesh, ctx.terms) for h in xs]
+    if any(t is None for t in viewed):
+        return tuple(ctx.unsupported(op, "a variadic reduce of operands laid out differently") for _ in op.results)
+    out_layout = Layout(tuple(d for i, d in enumerate(layout.dims) if i not in red))
+    args = (*(t for t in viewed if t is not None), *(h.term for h in inits))
+    shape = tuple(s for i, s in enumerate(args[0].type.shape) if i not in red)
+    return tuple(Holds(ctx.terms.mk("reduce", args, (*term_attrs(op), ("index", i)), TensorType(shape, r.tensor.dtype)),
+                       out_layout) for i, r in enumerate(op.results))
 
 
 def _is_identity(t: Term, reducer: Reducer) -> bool:
@@ -307,7 +340,11 @@ def _all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: R
             term = ctx.terms.apply("multiply", (term, bcast), (), term.type)
         elif reducer is Reducer.PROD:
             return ctx.unsupported(op, "product all-reduce of replicated values")
-    return Holds(term, Layout(layout.dims, tuple(partial.items())), f.origin if remaining else None)
+    # Reducing over replicated axes while other axes stay partial is the classic "psum over the wrong
+    # axis": this op, not the one that made the value partial, is where the fix goes.
+    wasted = [a for a in axes if a not in dict(layout.partial) and a not in layout.split_axes()]
+    origin = (op if wasted else f.origin) if remaining else None
+    return Holds(term, Layout(layout.dims, tuple(partial.items())), origin)
 
 
 def _fold_shards(ctx: Ctx, term: Term, layout: Layout, a: str, reducer: Reducer) -> tuple[Term, Layout] | None:

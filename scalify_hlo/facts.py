@@ -101,7 +101,7 @@ def constant_term(values: np.ndarray, type: TensorType, terms: Terms) -> Term:
             iota = np.broadcast_to(
                 np.arange(type.shape[d]).reshape([-1 if i == d else 1 for i in range(type.rank)]), type.shape)
             if np.array_equal(values, iota):
-                return terms.mk("iota", (), (("iota_dimension", d),), type)
+                return terms.iota(d, type)
     return terms.constant(Literal(np.ascontiguousarray(values), type.dtype), type)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from .derive import Deriver
 from .facts import Failed, Holds, Varying
-from .ir import Op, walk
+from .ir import Frame, Op, walk
 from .program import Program
 from .report import Finding, Site
 from .sync import Sync
@@ -41,6 +41,16 @@ def _fact(d: Deriver, op: Op) -> Holds | None:
     return f if isinstance(f, Holds) else None
 
 
+def _frame_in_common_function(origin: Op, consumer: Op | None) -> Frame | None:
+    """The origin's frame in the innermost function that also calls the consumer: where the value that
+    lacks its collective is made, at the level of code that then uses it (for gradients from
+    `value_and_grad`, the line calling it, not the model line autodiff attributes the backward op to)."""
+    if consumer is None or not consumer.loc.frames:
+        return None
+    functions = {(fr.file, fr.function) for fr in consumer.loc.frames if fr.function}
+    return next((fr for fr in origin.loc.frames if (fr.file, fr.function) in functions), None)
+
+
 def localize_failure(f: Failed, j: int, bp: Program, bd: Deriver, ap: Program, ad: Deriver) -> Finding:
     primary = f.origin or f.op
     before_site = None
@@ -53,7 +63,8 @@ def localize_failure(f: Failed, j: int, bp: Program, bd: Deriver, ap: Program, a
             if t.id in prod:
                 before_site = Site.of(prod[t.id], _describe(_fact(bd, prod[t.id]), bp))
                 break
-    after_site = Site.of(primary, _describe(_fact(ad, primary), ap)) if primary is not None else None
+    frame = _frame_in_common_function(primary, f.op) if primary is not None and primary is not f.op else None
+    after_site = Site.of(primary, _describe(_fact(ad, primary), ap), frame) if primary is not None else None
     also = (Site.of(f.op),) if f.op is not None and primary is not f.op else ()
     reason = f.reason if f.op is not None else f"output {j}: {f.reason}"
     return Finding(reason, before_site, after_site, also, f.expected, f.found)
@@ -93,6 +104,11 @@ def _foreign_frontier(t: Term, sync: Sync) -> list[Term]:
     return out
 
 
+def _constant_like(t: Term) -> bool:
+    """Built from constants and iotas only (no parameter, no loop variable)."""
+    return not any(s.op in ("param", "var") for s in t.walk())
+
+
 def _blame(node: Term, ap: Program, ad: Deriver, sync: Sync, order: dict[int, int]) -> Op | None:
     """The after op responsible for a frontier term: the op holding it; for a constant lifted from a
     device-varying value, the first op of that value's chain whose result is already foreign; else the
@@ -113,7 +129,7 @@ def _blame(node: Term, ap: Program, ad: Deriver, sync: Sync, order: dict[int, in
                     if isinstance(lifted, Holds) and not sync.synced(lifted.term):
                         earlier = ad.varying_op[id(g)]
                         break
-                elif isinstance(g, Holds) and not sync.synced(g.term) and g.term.op in ("iota", "constant"):
+                elif isinstance(g, Holds) and not sync.synced(g.term) and _constant_like(g.term):
                     producer = next((o for o in _ops_in_order(ap) if u in o.results), None)
                     earlier = producer
                     break

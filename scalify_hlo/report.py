@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias, assert_never
 
-from .ir import Op, SourceLoc
+from .ir import Frame, Op, SourceLoc
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +29,14 @@ class Site:
     layout: str | None = None
 
     @staticmethod
-    def of(op: Op, layout: str | None = None) -> Site:
+    def of(op: Op, layout: str | None = None, frame: Frame | None = None) -> Site:
+        """`op`'s site; `frame` picks one of its stack frames instead of the innermost."""
         loc: SourceLoc = op.loc
-        frame = loc.frame
+        frame = frame or loc.frame
         name = loc.name or (op.results[0].name if op.results else op.opcode)
         ir = f"{loc.ir_file}:{loc.ir_line}" if loc.ir_file and loc.ir_line else None
-        return Site(op.opcode, name, loc.site, frame.column if frame else None, ir, loc.op_name, layout)
+        source = str(frame) if frame is not None else None
+        return Site(op.opcode, name, source, frame.column if frame else None, ir, loc.op_name, layout)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in {

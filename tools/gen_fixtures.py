@@ -54,7 +54,19 @@ TOOLS = REPO / "tools"
 if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 
-from programs import llama, loss_dp, megatron, rmsnorm, rope_sp, vocab_softmax  # noqa: E402
+from programs import (  # noqa: E402
+    llama,
+    loss_dp,
+    megatron,
+    moe,
+    pipeline,
+    ring_attention,
+    rmsnorm,
+    rope_sp,
+    train,
+    vocab_parallel,
+    vocab_softmax,
+)
 
 
 def _exclude_generator_frames() -> None:
@@ -172,7 +184,11 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             arr_buf = io.BytesIO()
-            np.lib.format.write_array(arr_buf, np.ascontiguousarray(arrays[key]), allow_pickle=False)
+            arr = arrays[key]
+            # np.ascontiguousarray turns a 0-d array into shape (1,). Inputs are fed back to the programs as
+            # stored, so a 0-d input (an optimizer's step count) keeps its shape; 0-d outputs keep (1,).
+            arr = np.asarray(arr) if arr.ndim == 0 and key.startswith("in_") else np.ascontiguousarray(arr)
+            np.lib.format.write_array(arr_buf, arr, allow_pickle=False)
             zf.writestr(info, arr_buf.getvalue(), compresslevel=9)
     path.write_bytes(buf.getvalue())
 
@@ -197,11 +213,31 @@ def compile_with_spmd_dump(lowered: Any) -> tuple[Any, str]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-_MESH_GROUPS_RE = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+_MESH_GROUPS_RE = re.compile(
+    r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\((\[[\d,]+\](?:T\([\d,]+\))?|[\d,]+)\))?\s*\{([^}]*)\}"
+)
+
+
+def _device_ids(spelling: str | None, n: int) -> np.ndarray:
+    """The flat device list of a mesh spelling's ``device_ids=(...)``: iota ``[2,4]T(1,0)`` or explicit."""
+    if spelling is None:
+        return np.arange(n)
+    m = re.fullmatch(r"\[([\d,]+)\](?:T\(([\d,]+)\))?", spelling)
+    if m is None:
+        ids = np.array([int(v) for v in spelling.split(",")])
+    else:
+        dims = [int(v) for v in m.group(1).split(",")]
+        ids = np.arange(int(np.prod(dims))).reshape(dims)
+        if m.group(2):
+            ids = ids.transpose([int(v) for v in m.group(2).split(",")])
+        ids = ids.ravel()
+    assert sorted(ids.tolist()) == list(range(n)), f"device_ids {spelling} is not a permutation of 0..{n - 1}"
+    return ids
 
 
 def _explicit_mesh_groups(hlo_text: str) -> str:
-    """Rewrite ``replica_groups=mesh['a'=2,'b'=4] {'b'}`` into explicit ``{{0,1,2,3},{4,5,6,7}}``.
+    """Rewrite ``replica_groups=mesh['a'=2,'b'=4] {'b'}`` into explicit ``{{0,1,2,3},{4,5,6,7}}`` (also with
+    ``, device_ids=([2,4]T(1,0))`` between the mesh and the axes: mesh coordinates index that device list).
 
     Needed only to *run* such modules: jax 0.10.2's HLO→StableHLO converter keeps them as
     ``#stablehlo.replica_group_mesh_axes<mesh = @mesh_k>`` with one ``sdy.mesh`` per distinct mesh, but when a
@@ -213,15 +249,18 @@ def _explicit_mesh_groups(hlo_text: str) -> str:
         assert ",".join(f"'{a}'={n}" for a, n in axes) == m.group(1).replace(" ", ""), m.group(0)
         names = [a for a, _ in axes]
         sizes = [int(n) for _, n in axes]
-        picked = re.findall(r"'([^']+)'", m.group(2))
+        picked = re.findall(r"'([^']+)'", m.group(3))
         assert picked and all(p in names for p in picked), f"unsupported mesh replica groups {m.group(0)}"
-        ids = np.arange(int(np.prod(sizes))).reshape(sizes)
+        ids = _device_ids(m.group(2), int(np.prod(sizes))).reshape(sizes)
         keep = [names.index(p) for p in picked]
         rest = [i for i in range(len(names)) if i not in keep]
         rows = ids.transpose(rest + keep).reshape(-1, int(np.prod([sizes[i] for i in keep])))
         return "replica_groups={" + ",".join("{" + ",".join(map(str, r)) + "}" for r in rows) + "}"
 
-    return _MESH_GROUPS_RE.sub(groups, hlo_text)
+    out = _MESH_GROUPS_RE.sub(groups, hlo_text)
+    left = re.search(r"replica_groups=mesh[^{]*\{[^}]*\}", out)
+    assert left is None, f"unsupported mesh replica groups spelling: {left.group(0) if left else ''}"
+    return out
 
 
 def _manual_stablehlo(hlo_text: str) -> str:
@@ -818,6 +857,207 @@ def _mut_constant_changed(name: str) -> Built:
                    f"constant {const} (d_model = {d:g}, the divisor of RMSNorm's mean of squares) changed to "
                    f"{d / 2:g} for the first RMSNorm (XLA gives constants no source metadata: line of {divide})",
                    source_instruction=divide)
+
+
+# ------------------------------------------------------------------------------------------ training steps
+
+
+def train_regression_args(name: str) -> list[Any]:
+    return train.init_regression(train.TINY, rng_for("train_regression"))
+
+
+@fixture("train_sgd_shardy", "SGD training step of a small MLP (value_and_grad of MSE, p - lr*g) returning "
+         "(loss, new params); FSDPxTP params (w1 P(fsdp,tp), b1 P(tp), w2 P(tp,fsdp)), batch over fsdp, Shardy, "
+         "vs the module after SPMD partitioning")
+def _train_sgd_shardy(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("fsdp", "tp"))
+    in_specs, out_specs = train.sgd_specs()
+    return partitioned_pair(name, train.sgd_step, mesh, train_regression_args(name), ["params", "x", "y"],
+                            in_specs, out_specs)
+
+
+@fixture("train_adam_shardy", "Adam training step (bias-corrected, int32 step count) of a small MLP with "
+         "softmax cross-entropy (int32 labels) returning (loss, new params, new m/v/count); FSDPxTP params and "
+         "moments, batch over fsdp, Shardy, vs the module after SPMD partitioning")
+def _train_adam_shardy(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("fsdp", "tp"))
+    in_specs, out_specs = train.adam_specs()
+    args = train.init_classification_adam(train.TINY, rng_for(name))
+    return partitioned_pair(name, train.adam_step, mesh, args, ["params", "opt_state", "x", "labels"],
+                            in_specs, out_specs)
+
+
+def _train_dp(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((4, 2), ("dp", "tp"))
+        in_specs, _ = train.dp_specs()
+        return shard_map_pair(name, train.sgd_step, train.shard_map_dp_sgd(mesh, variant), mesh,
+                              train_regression_args(name), ["params", "x", "y"], in_specs,
+                              None if variant == "correct" else train.DP_BUG_SITES[variant])
+
+    return fn
+
+
+fixture("train_sgd_shard_map", "data-parallel SGD step in shard_map (params replicated, batch over dp of a "
+        "4x2 dp x tp mesh): local loss = sum of per-example losses / global batch, value_and_grad, psum of "
+        "grads and loss over dp (correct)")(_train_dp("correct"))
+fixture("train_sgd_shard_map_no_grad_psum", "data-parallel SGD step applying the local gradients without "
+        "the psum over dp")(_train_dp("no_grad_psum"))
+fixture("train_sgd_shard_map_grad_psum_wrong_axis", "data-parallel SGD step with the gradient psum over tp "
+        "(params replicated there) instead of dp")(_train_dp("grad_psum_wrong_axis"))
+fixture("train_sgd_shard_map_grad_averaged_twice", "data-parallel SGD step whose loss is already divided by "
+        "the global batch, with the gradients pmean'd over dp (divided by |dp| twice)")(_train_dp("grad_averaged_twice"))
+fixture("train_sgd_shard_map_loss_local_batch", "data-parallel SGD step whose local loss is the mean over the "
+        "local batch, then psum'd (loss and grads |dp| times too large)")(_train_dp("loss_local_batch"))
+
+
+def _train_clip(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((4, 2), ("dp", "tp"))
+        in_specs, _ = train.fsdp_specs()
+        return shard_map_pair(name, train.clip_sgd_step, train.shard_map_clip_sgd(mesh, variant), mesh,
+                              train_regression_args(name), ["params", "x", "y"], in_specs,
+                              None if variant == "correct" else train.CLIP_VARIANTS[variant])
+
+    return fn
+
+
+fixture("train_clip_shard_map", "FSDP SGD step with global-norm gradient clipping in shard_map: params split "
+        "on dim 0 over dp, all_gather, value_and_grad, psum_scatter of the grads, norm = sqrt(psum over dp of "
+        "the shards' squared norms) (correct)")(_train_clip("correct"))
+fixture("train_clip_shard_map_local_norm", "FSDP SGD step with gradient clipping by the norm of the local "
+        "gradient shard only (no psum over dp)")(_train_clip("local_norm"))
+
+
+# --------------------------------------------------------------------------------------- parallelism styles
+
+
+def embed_args(name: str) -> list[np.ndarray]:
+    return vocab_parallel.embed_init(4, 8, 32, 8, rng_for("embed_vocab"))
+
+
+def _embed(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "tp"))
+        in_specs, _ = vocab_parallel.embed_specs()
+        return shard_map_pair(name, vocab_parallel.embed_reference, vocab_parallel.shard_map_embed(mesh, variant),
+                              mesh, embed_args(name), ["ids", "table"], in_specs,
+                              None if variant == "correct" else vocab_parallel.EMBED_VARIANTS[variant])
+
+    return fn
+
+
+fixture("embed_vocab_shard_map", "vocab-parallel embedding lookup (table split on vocab over tp, int32 ids "
+        "over dp): ids - axis_index(tp)*v_local masked to [0, v_local), gather, masked rows zeroed, psum over "
+        "tp (correct)")(_embed("correct"))
+fixture("embed_vocab_shard_map_no_mask", "vocab-parallel embedding lookup with the local ids clamped but "
+        "not masked: every shard contributes a row to the psum")(_embed("no_mask"))
+fixture("embed_vocab_shard_map_wrong_offset", "vocab-parallel embedding lookup with the shard offset "
+        "axis_index(tp) not multiplied by v_local")(_embed("wrong_offset"))
+
+
+@fixture("embed_vocab_shardy", "embedding lookup table[ids] with the table split on vocab over tp (P(tp,None)) "
+         "and ids over dp, Shardy, vs the module after SPMD partitioning (partitioned gather)")
+def _embed_shardy(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = vocab_parallel.embed_specs()
+    return partitioned_pair(name, vocab_parallel.embed_reference, mesh, embed_args(name), ["ids", "table"],
+                            in_specs, out_spec)
+
+
+def xent_args(name: str) -> list[np.ndarray]:
+    return vocab_parallel.xent_init(8, 32, rng_for("xent_vocab"))
+
+
+def _xent(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "tp"))
+        in_specs, _ = vocab_parallel.xent_specs()
+        return shard_map_pair(name, vocab_parallel.xent_reference, vocab_parallel.shard_map_xent(mesh, variant),
+                              mesh, xent_args(name), ["logits", "labels"], in_specs,
+                              None if variant == "correct" else vocab_parallel.XENT_VARIANTS[variant])
+
+    return fn
+
+
+fixture("xent_vocab_shard_map", "vocab-parallel per-token cross-entropy (logits split (dp, tp), int32 labels "
+        "over dp): pmax of the max, psum of the sum of exponentials, target logit masked to its shard and "
+        "psum'd (correct)")(_xent("correct"))
+fixture("xent_vocab_shard_map_local_max", "vocab-parallel cross-entropy with the local max (no pmax): the "
+        "psum'd exponentials use different shifts per shard")(_xent("local_max"))
+fixture("xent_vocab_shard_map_local_sum_exp", "vocab-parallel cross-entropy with the sum of exponentials "
+        "over the local vocab shard only (no psum)")(_xent("local_sum_exp"))
+
+
+@fixture("xent_vocab_shardy", "per-token cross-entropy (max, sum-exp, take_along_axis of the label) with "
+         "logits split (dp, tp) on (tokens, vocab), Shardy, vs the module after SPMD partitioning")
+def _xent_shardy(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = vocab_parallel.xent_specs()
+    return partitioned_pair(name, vocab_parallel.xent_reference, mesh, xent_args(name), ["logits", "labels"],
+                            in_specs, out_spec)
+
+
+def _ring(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "sp"))
+        args = ring_attention.init(2, 16, 2, 4, rng_for("ring_attention"))
+        in_specs, _ = ring_attention.specs()
+        return shard_map_pair(name, ring_attention.reference, ring_attention.shard_map_ring_attention(mesh, variant),
+                              mesh, args, ["q", "k", "v"], in_specs,
+                              None if variant in ("correct", "fori") else ring_attention.VARIANTS[variant])
+
+    return fn
+
+
+fixture("ring_attention_shard_map", "causal ring attention (seq over sp): K/V blocks rotated i -> i+1 with "
+        "ppermute for |sp| steps (unrolled), online softmax with running max / denominator rescaling "
+        "(correct)")(_ring("correct"))
+fixture("ring_attention_shard_map_fori", "causal ring attention as a lax.fori_loop (a while loop carrying the "
+        "K/V blocks, ppermute i -> i+1 in the body) (correct)")(_ring("fori"))
+fixture("ring_attention_shard_map_no_rescale", "ring attention whose accumulated output is not rescaled by "
+        "exp(m_old - m_new) when the running max grows")(_ring("no_rescale"))
+fixture("ring_attention_shard_map_wrong_direction", "ring attention with K/V sent i -> i-1 while the causal "
+        "mask assumes the block of device i - t at step t")(_ring("wrong_direction"))
+
+
+def _moe(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "ep"))
+        args = moe.init(moe.TINY, rng_for("moe"))
+        in_specs, _ = moe.specs()
+        return shard_map_pair(name, moe.reference, moe.shard_map_moe(mesh, variant), mesh, args,
+                              ["x", "wr", "w_in", "w_out"], in_specs,
+                              None if variant == "correct" else moe.VARIANTS[variant])
+
+    return fn
+
+
+fixture("moe_all_to_all_shard_map", "mixture of experts with expert parallelism (16 experts over ep, tokens "
+        "over (dp, ep)): top-1 routing, capacity 2 per expert per device group of 8 tokens (5 of 64 dropped), "
+        "all_to_all dispatch and combine over ep (correct)")(_moe("correct"))
+fixture("moe_all_to_all_shard_map_no_combine", "mixture of experts without the combine all_to_all: expert "
+        "outputs used on the expert's device as if they were this device's tokens")(_moe("no_combine"))
+fixture("moe_all_to_all_shard_map_combine_axes_swapped", "mixture of experts whose combine all_to_all "
+        "concatenates on axis 1 instead of 0 (owner and local-expert dims transposed)")(_moe("combine_axes_swapped"))
+
+
+def _pipeline(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("pp", "dp"))
+        args = pipeline.init(2, 8, 8, 2, rng_for("pipeline"))
+        in_specs, _ = pipeline.specs()
+        return shard_map_pair(name, pipeline.reference, pipeline.shard_map_pipeline(mesh, variant), mesh, args,
+                              ["x", "w"], in_specs, None if variant == "correct" else pipeline.VARIANTS[variant])
+
+    return fn
+
+
+fixture("pipeline_ppermute_shard_map", "2-stage pipeline (stage weights split over pp, 2 microbatches, "
+        "batch over dp): stage 0's outputs handed to stage 1 with ppermute (0, 1), last stage's outputs "
+        "broadcast by a masked psum (correct)")(_pipeline("correct"))
+fixture("pipeline_ppermute_shard_map_wrong_pairs", "2-stage pipeline whose ppermute sends stage outputs "
+        "1 -> 0 instead of 0 -> 1")(_pipeline("wrong_pairs"))
 
 
 # ============================================================================================ writing
