@@ -1,0 +1,280 @@
+"""Transfer rules for the collectives: what each one does to a `Holds` fact (DESIGN §3).
+
+An all-reduce removes the partial axes its groups span, if its reducer is theirs; over axes where the
+value is replicated it multiplies (a new value); over axes where it is split it adds different shards
+(an exact, usually unintended, fold). An all-gather removes a split only in the order of the shards; a
+reduce-scatter is an all-reduce then a split; an all-to-all moves a split from one dim to another; a
+cyclic collective-permute rolls the shards. `partition-id` starts the device-dependent index arithmetic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scalify_hlo.errors import ShardingError
+from scalify_hlo.facts import Ctx, Fact, Failed, Holds, Varying
+from scalify_hlo.ir import Literal, Op, TensorType
+from scalify_hlo.mesh import Layout, Reducer, axes_of_groups, shift_of_pairs
+from scalify_hlo.terms import Term
+
+from .spmd import COLLECTIVE_NAME, axes_text, reducer_of
+
+# --------------------------------------------------------------------------------------------- collectives
+
+def _groups_axes(ctx: Ctx, op: Op) -> tuple[str, ...] | Failed:
+    groups = op.attrs.get("replica_groups")
+    if "channel_handle" not in op.attrs:
+        return ()  # cross-replica with one replica: every partition is its own group
+    arr = groups.array if isinstance(groups, Literal) else None
+    try:
+        import numpy as np
+
+        return axes_of_groups(arr if arr is not None else np.zeros((0,), dtype=np.int64), ctx.mesh, ctx.mesh.size)
+    except ShardingError as err:
+        return ctx.fail(op, f"{op.opcode}: {err.message}", evidence=True)
+
+
+def all_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    axes = _groups_axes(ctx, op)
+    reducer = reducer_of(op.regions[0]) if op.regions else None
+    out: list[Fact] = []
+    for f in facts:
+        if isinstance(axes, Failed):
+            out.append(axes)
+        elif reducer is None:
+            out.append(ctx.unsupported(op, "an all-reduce whose body is not a single add/max/min/mul/and/or"))
+        else:
+            out.append(_all_reduce_one(ctx, op, ctx.lift(f) if isinstance(f, Varying) else f, axes, reducer))
+    return tuple(out)
+
+
+def _all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: Reducer) -> Fact:
+    if isinstance(f, Failed):
+        return Failed(f.reason, op, f.evidence, True, f.origin)
+    if not isinstance(f, Holds):
+        return ctx.unsupported(op, "an all-reduce of a non-tensor")
+    layout, term = f.layout, f.term
+    partial = dict(layout.partial)
+    remaining = set(partial) - set(axes)
+    for a in axes:
+        if a in partial:
+            if partial[a] is not reducer:
+                return ctx.fail(op, f"all-reduce {reducer.value} over {axes_text(ctx, frozenset(axes))} but the value "
+                                f"is partial under {partial[a].value} over \"{a}\"", evidence=True,
+                                origin=f.origin, expected=f"{COLLECTIVE_NAME[partial[a]]}",
+                                found=f"{COLLECTIVE_NAME[reducer]}")
+            del partial[a]
+        elif a in layout.split_axes():
+            folded = _fold_shards(ctx, term, layout, a, reducer)
+            if folded is None:
+                return ctx.unsupported(op, f"an all-reduce over \"{a}\", which splits a dim together with other axes")
+            term, layout = folded
+        elif reducer is Reducer.SUM:
+            # Summing n copies of the same value is n times the value: a new value, not the old one.
+            n = ctx.mesh.axis_size(a)
+            scale = ctx.terms.scalar(float(n), term.type.dtype)
+            bcast = ctx.terms.apply("broadcast_in_dim", (scale,), (("broadcast_dimensions", ()),), term.type)
+            term = ctx.terms.apply("multiply", (term, bcast), (), term.type)
+        elif reducer is Reducer.PROD:
+            return ctx.unsupported(op, "product all-reduce of replicated values")
+    # Reducing over replicated axes while other axes stay partial is the classic "psum over the wrong
+    # axis": this op, not the one that made the value partial, is where the fix goes.
+    wasted = [a for a in axes if a not in dict(layout.partial) and a not in layout.split_axes()]
+    origin = (op if wasted else f.origin) if remaining else None
+    return Holds(term, Layout(layout.dims, tuple(partial.items())), origin)
+
+
+def _fold_shards(ctx: Ctx, term: Term, layout: Layout, a: str, reducer: Reducer) -> tuple[Term, Layout] | None:
+    """All-reducing a value split over `a` combines *different* shards: the result is the reduction of
+    the tensor's blocks along that dim (exact; usually not what the program meant, which the term
+    comparison then shows)."""
+    d = next(i for i, dd in enumerate(layout.dims) if a in dd)
+    axes = layout.dims[d]
+    k = axes.index(a)
+    major, minor = ctx.mesh.size_of(axes[:k]), ctx.mesh.size_of(axes[k + 1:])
+    if minor != 1 or reducer not in (Reducer.SUM, Reducer.MAX, Reducer.MIN):
+        return None  # minor axes would interleave with the folded blocks
+    n = ctx.mesh.axis_size(a)
+    shape = term.type.shape
+    rest = shape[d] // (major * n)
+    split = (*shape[:d], major, n, rest, *shape[d + 1:])
+    dtype = term.type.dtype
+    t = ctx.terms.apply("reshape", (term,), (), TensorType(split, dtype))
+    init = ctx.terms.scalar({Reducer.SUM: 0.0, Reducer.MAX: float("-inf"), Reducer.MIN: float("inf")}[reducer], dtype)
+    red = (d + 1,)
+    reduced = TensorType((*shape[:d], major, rest, *shape[d + 1:]), dtype)
+    t = ctx.terms.apply("reduce", (t, init), (("dimensions", red), ("reducer", reducer.value)), reduced)
+    t = ctx.terms.apply("reshape", (t,), (), TensorType((*shape[:d], major * rest, *shape[d + 1:]), dtype))
+    dims = list(layout.dims)
+    dims[d] = axes[:k]
+    return t, Layout(tuple(dims), layout.partial)
+
+
+def all_gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    axes = _groups_axes(ctx, op)
+    dim = int(op.attrs["all_gather_dim"])  # type: ignore[arg-type]
+    out: list[Fact] = []
+    for f in facts:
+        f = ctx.lift(f) if isinstance(f, Varying) else f
+        if isinstance(axes, Failed) or isinstance(f, Failed):
+            bad = axes if isinstance(axes, Failed) else f
+            assert isinstance(bad, Failed)
+            out.append(bad if bad is axes else Failed(bad.reason, op, bad.evidence, True, bad.origin))
+            continue
+        if not isinstance(f, Holds):
+            out.append(ctx.unsupported(op, "an all-gather of a non-tensor"))
+            continue
+        have = f.layout.dims[dim]
+        if f.layout.partial_axes() & set(axes):
+            out.append(ctx.fail(op, f"all-gather over {axes_text(ctx, frozenset(axes))} of a value that is partial "
+                                "over them: a psum (or reduce-scatter) was meant", evidence=True, origin=f.origin))
+        elif have[len(have) - len(axes):] == axes and axes:
+            dims = list(f.layout.dims)
+            dims[dim] = have[: len(have) - len(axes)]
+            out.append(Holds(f.term, Layout(tuple(dims), f.layout.partial), f.origin))
+        elif set(axes) & set(have):
+            out.append(ctx.fail(op, f"all-gather along dim {dim} over {list(axes)} but the dim is split over "
+                                f"{list(have)}: the group order does not match the shard order", evidence=True,
+                                expected=f"gather over the minor axes {list(have)}", found=str(list(axes))))
+        elif set(axes) & f.layout.split_axes():
+            out.append(ctx.fail(op, f"all-gather along dim {dim} over {list(axes)}, but the value is split over "
+                                f"them along another dim ({ctx.describe(f.layout)})", evidence=True))
+        else:
+            out.append(Holds(ctx.terms.tile(f.term, dim, ctx.mesh.size_of(axes)), f.layout, f.origin))
+    return tuple(out)
+
+
+def reduce_scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    axes = _groups_axes(ctx, op)
+    reducer = reducer_of(op.regions[0]) if op.regions else None
+    dim = int(op.attrs["scatter_dimension"])  # type: ignore[arg-type]
+    (f,) = facts
+    if isinstance(axes, Failed):
+        return (axes,)
+    if reducer is None:
+        return (ctx.unsupported(op, "a reduce-scatter whose body is not a single add/max/min"),)
+    reduced = _all_reduce_one(ctx, op, ctx.lift(f) if isinstance(f, Varying) else f, axes, reducer)
+    if not isinstance(reduced, Holds):
+        return (reduced,)
+    dims = list(reduced.layout.dims)
+    dims[dim] = (*dims[dim], *axes)
+    return (Holds(reduced.term, Layout(tuple(dims), reduced.layout.partial), reduced.origin),)
+
+
+def all_to_all(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    axes = _groups_axes(ctx, op)
+    split = int(op.attrs["split_dimension"])  # type: ignore[arg-type]
+    concat = int(op.attrs["concat_dimension"])  # type: ignore[arg-type]
+    out: list[Fact] = []
+    for f in facts:
+        f = ctx.lift(f) if isinstance(f, Varying) else f
+        if isinstance(axes, Failed):
+            out.append(axes)
+        elif not isinstance(f, Holds):
+            out.append(f if isinstance(f, Failed) else ctx.unsupported(op, "an all-to-all of a non-tensor"))
+        elif not axes:
+            out.append(f)
+        elif f.layout.partial_axes() & set(axes):
+            out.append(ctx.fail(op, f"all-to-all over {list(axes)} of a value partial over them", evidence=True,
+                                origin=f.origin))
+        elif split == concat:
+            out.append(_all_to_all_same_dim(ctx, op, f, axes, split))
+        else:
+            have = f.layout.dims[concat]
+            if have[len(have) - len(axes):] != axes:
+                out.append(ctx.fail(op, f"all-to-all over {list(axes)} concatenates along dim {concat}, which is "
+                                    f"split over {list(have)}: the groups do not match the shards", evidence=True))
+                continue
+            dims = list(f.layout.dims)
+            dims[concat] = have[: len(have) - len(axes)]
+            dims[split] = (*dims[split], *axes)
+            out.append(Holds(f.term, Layout(tuple(dims), f.layout.partial), f.origin))
+    return tuple(out)
+
+
+def _all_to_all_same_dim(ctx: Ctx, op: Op, f: Holds, axes: tuple[str, ...], d: int) -> Fact:
+    """XLA's array all-to-all (one dim): chunk `c` of dim `d` goes to device `c`, received chunks are
+    stacked along `d` by source. It moves the split over `axes` from the dim `s` that had it (its shard
+    index becomes dim `d`) to the chunks of dim `d`: onto the next dim when the chunks have size 1 (how
+    XLA reshards sequence → heads: [.., n, 1, ..] → all-to-all → transpose → reshape), else as the
+    major part of `d`. The new global value is a data movement of the old one."""
+    layout, v = f.layout, f.term
+    n = ctx.mesh.size_of(axes)
+    s = next((i for i, dd in enumerate(layout.dims) if dd[len(dd) - len(axes):] == axes and dd), None)
+    if s is None or s == d or layout.dims[d]:
+        return ctx.unsupported(op, f"an all-to-all along dim {d} of a value laid out as {ctx.describe(layout)}")
+    shape = v.type.shape
+    before_a = layout.dims[s][: len(layout.dims[s]) - len(axes)]
+    nb = ctx.mesh.size_of(before_a)
+    m = shape[s] // (nb * n)
+    k = shape[d] // n
+    e = d + 1 if k == 1 and d + 1 < len(shape) and not layout.dims[d + 1] else None
+    # Digits of V: dim s = (b, j, i), dim d = (c, kk), other dims as they are.
+    fine: list[tuple[str, int]] = []
+    for i, size in enumerate(shape):
+        if i == s:
+            fine += [("b", nb), ("j", n), ("i", m)]
+        elif i == d:
+            fine += [("c", n), ("kk", k)]
+        else:
+            fine.append((f"x{i}", size))
+    target: list[list[str]] = []
+    for i in range(len(shape)):
+        if i == s:
+            target.append(["b", "i"])
+        elif i == d:
+            target.append(["j", "kk"] if e is not None else ["c", "j", "kk"])
+        elif i == e:
+            target.append(["c", f"x{i}"])
+        else:
+            target.append([f"x{i}"])
+    names = [nm for nm, _ in fine]
+    sizes = dict(fine)
+    order = [names.index(nm) for run in target for nm in run]
+    dtype = v.type.dtype
+    t = ctx.terms.apply("reshape", (v,), (), TensorType(tuple(sz for _, sz in fine), dtype))
+    t = ctx.terms.apply("transpose", (t,), (("permutation", tuple(order)),),
+                        TensorType(tuple(fine[o][1] for o in order), dtype))
+    gshape = tuple(int(np.prod([sizes[nm] for nm in run])) for run in target)
+    t = ctx.terms.apply("reshape", (t,), (), TensorType(gshape, dtype))
+    dims = list(layout.dims)
+    dims[s] = before_a
+    dims[e if e is not None else d] = axes
+    return Holds(t, Layout(tuple(dims), layout.partial), f.origin)
+
+
+def collective_permute(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    (f,) = facts
+    f = ctx.lift(f) if isinstance(f, Varying) else f
+    if not isinstance(f, Holds):
+        return (f if isinstance(f, Failed) else ctx.unsupported(op, "a permute of a non-tensor"),)
+    pairs = op.attrs.get("source_target_pairs")
+    if not isinstance(pairs, Literal):
+        return (ctx.unsupported(op, "collective-permute without source-target pairs"),)
+    shift = shift_of_pairs(pairs.array, ctx.mesh)
+    if shift is None:
+        return (ctx.unsupported(op, "a collective-permute that is not a cyclic shift along one mesh axis"),)
+    axis, k = shift
+    if axis in f.layout.partial_axes() or axis not in f.layout.split_axes():
+        return (f,)  # a permutation of identical copies (or of the summands of a partial sum) changes nothing
+    d = next(i for i, dd in enumerate(f.layout.dims) if axis in dd)
+    if f.layout.dims[d] != (axis,):
+        return (ctx.unsupported(op, "a shift along an axis that shares its dim with other axes"),)
+    block = f.term.type.shape[d] // ctx.mesh.axis_size(axis)
+    term = ctx.terms.mk("roll", (f.term,), (("dim", d), ("shift", k * block)), f.term.type)
+    return (Holds(term, f.layout, f.origin),)
+
+
+def partition_id(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    import numpy as np
+
+    ids = np.arange(ctx.mesh.size, dtype=np.uint32)
+    return (Varying(ids, op.result.tensor),)
+
+
+def replica_id(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    import numpy as np
+
+    return (Varying(np.zeros(ctx.mesh.size, dtype=np.uint32), op.result.tensor),)
+
+

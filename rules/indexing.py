@@ -1,0 +1,274 @@
+"""Transfer rules for ops that index: dynamic slices, gathers, scatters and windows.
+
+A dynamic-slice whose offsets are `k · (index of the device along mesh axes A)` on every device *creates*
+a split over `A` (how GSPMD and `axis_index` code take their shard of a replicated value); with the same
+offset everywhere it is a plain slice. A gather or scatter keeps its batch dims' splits as long as the
+indexed dims are whole on every device (indices are global positions there).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scalify_hlo.errors import ShardingError
+from scalify_hlo.facts import Ctx, Fact, Failed, Holds, Varying, view
+from scalify_hlo.ir import GatherDims, Literal, Op, TensorType
+from scalify_hlo.mesh import Layout, match_axis_index
+from scalify_hlo.terms import Term
+
+from .layout import holds_operands
+
+
+def _offsets(ctx: Ctx, f: Fact) -> int | np.ndarray | Term | None:
+    """A start index: an int (the same on all devices), a per-device vector, or a global term."""
+    if isinstance(f, Varying):
+        vals = np.asarray(f.values).reshape(f.values.shape[0])
+        return vals.astype(np.int64) if not np.all(vals == vals[0]) else int(vals[0])
+    if isinstance(f, Holds) and not f.layout.partial:
+        folded = ctx.fold(f.term)
+        if folded is not None and folded.size == 1:
+            return int(folded.reshape(-1)[0])
+        return f.term
+    return None
+
+
+def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    operand, *starts = facts
+    if isinstance(operand, Varying) or (isinstance(operand, Holds) and ctx.fold(operand.term) is not None
+                                        and any(isinstance(s, Varying) for s in starts)):
+        v = ctx.varying(op, facts)
+        if v is not None:
+            return (v,)
+    ops = holds_operands(ctx, op, (operand,))
+    if isinstance(ops, Failed):
+        return (ops,)
+    (x,) = ops
+    sizes = list(op.attrs["slice_sizes"])  # type: ignore[arg-type]
+    xlocal = x.layout.local_shape(x.term.type.shape, ctx.mesh)
+    dims = list(x.layout.dims)
+    gshape = list(x.term.type.shape)
+    term_starts: list[Term | int] = []
+    static = True
+    for d, s in enumerate(starts):
+        off = _offsets(ctx, s)
+        if off is None:
+            return (ctx.unsupported(op, f"start index {d} is not known on every device"),)
+        if sizes[d] == xlocal[d]:
+            term_starts.append(0)
+            continue
+        if isinstance(off, np.ndarray):
+            clamped = np.clip(off, 0, xlocal[d] - sizes[d])
+            match = match_axis_index(clamped, ctx.mesh) if np.array_equal(clamped, off) else None
+            if match is None or match[1] != sizes[d] or not match[0]:
+                return (ctx.fail(op, f"dynamic-slice offsets along dim {d} ({off[:8].tolist()}...) are not "
+                                 f"{sizes[d]} × the index of the device along any mesh axes: not a shard",
+                                 evidence=True),)
+            axes = match[0]
+            if set(axes) & (x.layout.split_axes() | x.layout.partial_axes()):
+                return (ctx.fail(op, f"dynamic-slice takes a shard over {list(axes)} of a value already split "
+                                 "over them", evidence=True),)
+            n = ctx.mesh.size_of(axes)
+            covered = sizes[d] * n * ctx.mesh.size_of(dims[d])
+            if covered != gshape[d]:
+                return (ctx.unsupported(op, f"shards along dim {d} cover {covered} of {gshape[d]} elements"),)
+            dims[d] = (*dims[d], *axes)
+            term_starts.append(0)
+            continue
+        if dims[d]:
+            return (ctx.unsupported(op, f"a dynamic slice inside dim {d}, which is split over {list(dims[d])}"),)
+        gshape[d] = sizes[d]
+        if isinstance(off, int):
+            term_starts.append(int(np.clip(off, 0, xlocal[d] - sizes[d])))
+        else:
+            static = False
+            term_starts.append(off)
+    gtype = TensorType(tuple(gshape), op.result.tensor.dtype)
+    layout = Layout(tuple(dims), x.layout.partial)
+    if static:
+        lo = tuple(int(s) for s in term_starts)  # type: ignore[arg-type]
+        hi = tuple(a + b for a, b in zip(lo, gshape, strict=True))
+        attrs = (("limit_indices", hi), ("start_indices", lo), ("strides", (1,) * len(lo)))
+        term = ctx.terms.apply("slice", (x.term,), attrs, gtype)
+    else:
+        idx = tuple(s if isinstance(s, Term) else ctx.terms.scalar(float(s), _index_dtype(starts))
+                    for s in term_starts)
+        term = ctx.terms.apply("dynamic_slice", (x.term, *idx), (("slice_sizes", tuple(gshape)),), gtype)
+    return (Holds(term, layout, x.origin),)
+
+
+def _index_dtype(starts: list[Fact]) -> str:
+    for s in starts:
+        if isinstance(s, Holds):
+            return s.term.type.dtype
+        if isinstance(s, Varying):
+            return s.type.dtype
+    return "i32"
+
+
+def dynamic_update_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    operand, update, *starts = facts
+    ops = holds_operands(ctx, op, (operand, update))
+    if isinstance(ops, Failed):
+        return (ops,)
+    x, u = ops
+    if x.layout.partial != u.layout.partial:
+        return (ctx.fail(op, "dynamic-update-slice of values with different partial axes", evidence=True),)
+    xlocal = x.layout.local_shape(x.term.type.shape, ctx.mesh)
+    ulocal = u.layout.local_shape(u.term.type.shape, ctx.mesh)
+    idx: list[Term] = []
+    for d, s in enumerate(starts):
+        off = _offsets(ctx, s)
+        if isinstance(off, np.ndarray) or off is None:
+            return (ctx.unsupported(op, f"device-dependent update offsets along dim {d}"),)
+        if x.layout.dims[d] and (ulocal[d] != xlocal[d] or u.layout.dims[d] != x.layout.dims[d]):
+            return (ctx.unsupported(op, f"an update inside dim {d}, which is split"),)
+        idx.append(off if isinstance(off, Term) else ctx.terms.scalar(float(0 if x.layout.dims[d] else off),
+                                                                      _index_dtype(starts)))
+    ut = view(u.term, u.layout, x.layout.dims, ctx.mesh, ctx.terms)
+    if ut is None:
+        return (ctx.fail(op, "dynamic-update-slice of an update laid out unlike its operand", evidence=True),)
+    term = ctx.terms.apply("dynamic_update_slice", (x.term, ut, *idx), (), x.term.type)
+    return (Holds(term, x.layout, x.origin),)
+
+
+def gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """A gather whose indexed operand dims are whole on every device (indices are global positions):
+    output batch dims carry the indices' splits, offset dims the operand's; batching dims (the
+    `take_along_axis` form) must be split alike on operand and indices."""
+    ops = holds_operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return (ops,)
+    w, idx = ops
+    g = op.attrs["dimension_numbers"]
+    if not isinstance(g, GatherDims) or w.layout.partial or idx.layout.partial:
+        return (ctx.unsupported(op, "a gather of partial values or without dimension numbers"),)
+    sizes = list(op.attrs["slice_sizes"])  # type: ignore[arg-type]
+    wlocal = w.layout.local_shape(w.term.type.shape, ctx.mesh)
+    for d in g.start_index_map:
+        if w.layout.dims[d]:
+            return (ctx.unsupported(op, f"gathering along operand dim {d}, which is split over "
+                                    f"{list(w.layout.dims[d])} (a sharded lookup needs masking)"),)
+    for od, idim in zip(g.operand_batching_dims, g.start_indices_batching_dims, strict=True):
+        if w.layout.dims[od] != idx.layout.dims[idim]:
+            return (ctx.unsupported(op, f"batching dims split differently: operand dim {od} over "
+                                    f"{list(w.layout.dims[od])}, indices dim {idim} over {list(idx.layout.dims[idim])}"),)
+    removed = set(g.collapsed_slice_dims) | set(g.operand_batching_dims)
+    offset_src = [d for d in range(len(sizes)) if d not in removed]
+    for d in offset_src:
+        if w.layout.dims[d] and sizes[d] != wlocal[d]:
+            return (ctx.unsupported(op, f"a partial slice of split operand dim {d}"),)
+    batch_idx = [d for d in range(idx.term.type.rank) if d != g.index_vector_dim]
+    out_dims: list[tuple[str, ...]] = []
+    gshape: list[int] = []
+    bi = oi = 0
+    for j in range(op.result.tensor.rank):
+        if j in g.offset_dims:
+            d = offset_src[oi]
+            oi += 1
+            out_dims.append(w.layout.dims[d])
+            gshape.append(w.term.type.shape[d] if w.layout.dims[d] else sizes[d])
+        else:
+            d = batch_idx[bi]
+            bi += 1
+            out_dims.append(idx.layout.dims[d])
+            gshape.append(idx.term.type.shape[d])
+    try:
+        layout = Layout(tuple(out_dims))
+    except ShardingError:
+        return (ctx.unsupported(op, "a gather whose output would use a mesh axis twice"),)
+    gsizes = tuple(w.term.type.shape[d] if w.layout.dims[d] and d not in g.operand_batching_dims else sizes[d]
+                   for d in range(len(sizes)))
+    attrs = (("dimension_numbers", g), ("slice_sizes", gsizes))
+    term = ctx.terms.apply("gather", (w.term, idx.term), attrs, TensorType(tuple(gshape), op.result.tensor.dtype))
+    return (Holds(term, layout),)
+
+
+def replicated_only(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """Ops understood only on whole (replicated) values: the global op itself (sort, scatter, top-k, ...).
+    Enough for every reference program and for after-programs that compute them redundantly."""
+    from scalify_hlo.semantics import term_attrs
+
+    ops = holds_operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return tuple(ops for _ in op.results)
+    if any(h.layout.split_axes() or h.layout.partial for h in ops):
+        return tuple(ctx.unsupported(op, "this op on sharded or partial values") for _ in op.results)
+    args = tuple(h.term for h in ops)
+    attrs = term_attrs(op)
+    out: list[Fact] = []
+    for i, r in enumerate(op.results):
+        t = r.tensor
+        key = (*attrs, ("index", i)) if len(op.results) > 1 else attrs
+        out.append(Holds(ctx.terms.apply(op.opcode, args, key, t), Layout.replicated(t.rank)))
+    return tuple(out)
+
+
+def reduce_window(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """Windows that span only whole dims act shard by shard along the others (cumsum over the sequence
+    of a batch-split tensor)."""
+    from scalify_hlo.semantics import term_attrs
+
+    ops = holds_operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return tuple(ops for _ in op.results)
+    k = len(op.results)
+    xs, inits = ops[:k], ops[k:]
+    rank = xs[0].layout.rank
+    window = tuple(op.attrs.get("window_dimensions", (1,) * rank))  # type: ignore[arg-type]
+    strides = tuple(op.attrs.get("window_strides", (1,) * rank) or (1,) * rank)  # type: ignore[arg-type]
+    pad = op.attrs.get("padding")
+    pads = np.asarray(pad.array).reshape(rank, 2) if isinstance(pad, Literal) else np.zeros((rank, 2))
+    touched = [d for d in range(rank) if window[d] != 1 or strides[d] != 1 or pads[d].any()]
+    layouts = {h.layout for h in xs}
+    if len(layouts) != 1 or any(h.layout.partial for h in ops) or any(i.layout.split_axes() for i in inits):
+        return replicated_only(ctx, op, facts)
+    layout = next(iter(layouts))
+    if any(layout.dims[d] for d in touched):
+        return tuple(ctx.unsupported(op, "a window over a split dim") for _ in op.results)
+    args = tuple(h.term for h in ops)
+    attrs = term_attrs(op)
+    out: list[Fact] = []
+    for i, r in enumerate(op.results):
+        gshape = tuple(n * ctx.mesh.size_of(d) for n, d in zip(r.tensor.shape, layout.dims, strict=True))
+        key = (*attrs, ("index", i)) if k > 1 else attrs
+        out.append(Holds(ctx.terms.apply("reduce_window", args, key, TensorType(gshape, r.tensor.dtype)), layout))
+    return tuple(out)
+
+
+def scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """A scatter into whole (unsplit) scattered dims: the update rows land on the devices that hold their
+    batch; the result keeps the operand's layout. (The gradient of `take_along_axis`.)"""
+    from scalify_hlo.ir import ScatterDims
+    from scalify_hlo.semantics import term_attrs
+
+    ops = holds_operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return tuple(ops for _ in op.results)
+    if len(op.results) != 1 or len(ops) != 3:
+        return replicated_only(ctx, op, facts)
+    x, idx, upd = ops
+    g = op.attrs.get("scatter_dimension_numbers")
+    if not isinstance(g, ScatterDims) or any(h.layout.partial for h in ops):
+        return replicated_only(ctx, op, facts)
+    if not (x.layout.split_axes() or idx.layout.split_axes() or upd.layout.split_axes()):
+        return replicated_only(ctx, op, facts)
+    if any(x.layout.dims[d] for d in (*g.inserted_window_dims, *g.scattered_dims_to_operand_dims)):
+        return (ctx.unsupported(op, "a scatter into a split dim"),)
+    idx_batch = [d for d in range(idx.layout.rank) if d != g.index_vector_dim]
+    upd_scatter = [d for d in range(upd.layout.rank) if d not in g.update_window_dims]
+    for d_idx, d_upd in zip(idx_batch, upd_scatter, strict=True):
+        if idx.layout.dims[d_idx] != upd.layout.dims[d_upd]:
+            return (ctx.unsupported(op, "scatter indices and updates split differently"),)
+    for od, idim in zip(g.input_batching_dims, g.scatter_indices_batching_dims, strict=True):
+        if x.layout.dims[od] != idx.layout.dims[idim]:
+            return (ctx.unsupported(op, "scatter batching dims split differently"),)
+    split_batch = {a for d in idx_batch for a in idx.layout.dims[d]}
+    batched = {a for d in g.input_batching_dims for a in x.layout.dims[d]}
+    if split_batch - batched:
+        return (ctx.unsupported(op, "scatter updates split over axes the operand is not"),)
+    window_src = [d for d in range(x.layout.rank) if d not in g.inserted_window_dims and d not in g.input_batching_dims]
+    for d_op, d_upd in zip(window_src, g.update_window_dims, strict=True):
+        if x.layout.dims[d_op] != upd.layout.dims[d_upd]:
+            return (ctx.unsupported(op, "scatter windows split unlike the operand"),)
+    term = ctx.terms.apply("scatter", (x.term, idx.term, upd.term), term_attrs(op), x.term.type)
+    return (Holds(term, x.layout),)
