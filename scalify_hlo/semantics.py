@@ -1,7 +1,8 @@
 """One table: opcode → what the prover knows about it. Alphabetical, one row per op.
 
 A row names the op's transfer rule (how a `Holds` fact of its operands becomes one of its result, in
-`rules/spmd.py` and `rules/layout.py`) and whether it is elementwise. The ~45 elementwise ops share one
+`rules/spmd.py`, `rules/collectives.py`, `rules/layout.py`, `rules/indexing.py`) and whether it is
+elementwise. The ~45 elementwise ops share one
 generic rule (like JAX's lowering registry reuses one rule with `functools.partial`). The numeric
 kernel of each op is the entry of the same opcode in `kernels.KERNELS`. An op that is not in this table
 is unsupported: the verdict becomes `unknown` and names it.
