@@ -14,6 +14,7 @@ tests/test_parse_hlo_names_and_groups.py).
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -154,6 +155,12 @@ def mesh_groups(list_proto: bytes) -> np.ndarray:
     return grid.transpose(others + listed).reshape(-1, group)
 
 
+@functools.lru_cache(maxsize=256)
+def _explicit_for(mesh_list_proto: bytes) -> bytes:
+    """The explicit device list of a mesh-spelled one; a module repeats a few of them many times."""
+    return _explicit_device_list(mesh_groups(mesh_list_proto))
+
+
 def _explicit_device_list(groups: np.ndarray) -> bytes:
     """A CollectiveDeviceListProto listing `groups` (ReplicaGroup.replica_ids, packed)."""
     body = b"".join(_len_field(1, _len_field(1, b"".join(_encode_varint(int(d)) for d in row))) for row in groups)
@@ -218,7 +225,7 @@ def _name_instruction_slow(inst: bytes) -> bytes:
     rest = b"".join(raw for n, _, raw, _ in fields if n not in (_INSTRUCTION_METADATA, _INSTRUCTION_MESH_GROUPS))
     mesh = next((p for n, w, _, p in fields if n == _INSTRUCTION_MESH_GROUPS and w == _LEN), None)
     if mesh is not None:
-        rest += _explicit_device_list(mesh_groups(mesh))
+        rest += _explicit_for(mesh)
     return rest + _len_field(_INSTRUCTION_METADATA, _named_metadata(name, old_meta))
 
 
