@@ -76,6 +76,10 @@ def verify(before: str | Path | Module, after: str | Path | Module, options: Opt
         "egraph_seconds": round(prover.egraph.stats.seconds, 4),
         "egraph_budget_exhausted": prover.egraph.stats.exhausted,
         "resynced": prover.sync.stats.resynced if prover.sync else 0,
+        # Segments: the e-graph questions (one per resolved value where the programs part and meet again,
+        # plus outputs and loop steps); unique ones are the e-graphs actually built, the rest memo hits.
+        "segments_total": prover.egraph.stats.questions,
+        "segments_unique": prover.egraph.stats.egraph_calls,
     }
     return Report(report.verdict, str(bm.path), str(am.path), stats, report.notes, report.numeric)
 
