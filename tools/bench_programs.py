@@ -14,6 +14,10 @@ How the after file is obtained cheaply: the lowering and compile run in a worker
 ``--xla_dump_to`` / ``--xla_dump_hlo_pass_re=spmd-partitioning``; the parent watches the dump directory and
 kills the worker as soon as the ``after_spmd-partitioning`` file is complete (closed by the worker and ending in
 the ENTRY computation's ``}``), so XLA's CPU optimisation and codegen pipeline never runs to the end.
+Measured on 2 cores for 405B x 126 layers on 64 devices (jax 0.10.2): lowering 1.7-1.9 s, compile until the
+dump 3.1-3.7 s, 6.6-7.2 s in all with a 450 MiB peak; letting the compile finish takes 20.2 s (16.6 s of
+compile, 515 MiB), 14.7 s with ``--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true``.
+Creating 4096 fake CPU devices takes ~2 s in one process; jit tracing/lowering is not the bottleneck.
 
 Device counts above 2048: jaxlib 0.10's CPU client packs global device ids as ``process * 2048 + local``
 (``kMaxCpuDevicesPerProcess = 1 << 11``), so one process with more than 2048 fake devices fails to compile
