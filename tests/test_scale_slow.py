@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+
 from scalify_hlo.engine import verify
 
 sys.path.insert(0, str(REPO / "tools"))
