@@ -34,6 +34,16 @@ def _try_varying(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact | None:
     return None
 
 
+def _prelude(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> list[Holds] | tuple[Fact, ...]:
+    """The operands as Holds facts, or the op's result already: computed per device when it is index
+    arithmetic on device-varying values, or the failure of an operand."""
+    v = _try_varying(ctx, op, facts)
+    if v is not None:
+        return (v,)
+    ops = holds_operands(ctx, op, facts)
+    return (ops,) if isinstance(ops, Failed) else ops
+
+
 def broadcast_in_dim(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     (f,) = facts
     if isinstance(f, Varying):
@@ -101,12 +111,9 @@ def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     is the shard of [.., 8, ..] → [.., 4, 2, ..] (the split moves to the unit dim) as much as of
     [.., 8, ..] → [.., 1, 8, ..]. Every reading is a true fact; we take the one whose global term the
     reference program computes (it is how the partitioner got there), else the first."""
-    v = _try_varying(ctx, op, facts)
-    if v is not None:
-        return (v,)
-    ops = holds_operands(ctx, op, facts)
-    if isinstance(ops, Failed):
-        return (ops,)
+    ops = _prelude(ctx, op, facts)
+    if isinstance(ops, tuple):
+        return ops
     (x,) = ops
     xlocal = tuple(x.layout.local_shape(x.term.type.shape, ctx.mesh))
     out_local = tuple(op.result.tensor.shape)
@@ -180,12 +187,9 @@ def bitcast(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
 
 
 def transpose(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    v = _try_varying(ctx, op, facts)
-    if v is not None:
-        return (v,)
-    ops = holds_operands(ctx, op, facts)
-    if isinstance(ops, Failed):
-        return (ops,)
+    ops = _prelude(ctx, op, facts)
+    if isinstance(ops, tuple):
+        return ops
     (x,) = ops
     perm = tuple(op.attrs["permutation"])  # type: ignore[arg-type]
     layout = Layout(tuple(x.layout.dims[p] for p in perm), x.layout.partial)
@@ -194,12 +198,9 @@ def transpose(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
 
 
 def slice_(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    v = _try_varying(ctx, op, facts)
-    if v is not None:
-        return (v,)
-    ops = holds_operands(ctx, op, facts)
-    if isinstance(ops, Failed):
-        return (ops,)
+    ops = _prelude(ctx, op, facts)
+    if isinstance(ops, tuple):
+        return ops
     (x,) = ops
     start = list(op.attrs["start_indices"])  # type: ignore[arg-type]
     limit = list(op.attrs["limit_indices"])  # type: ignore[arg-type]
@@ -218,12 +219,9 @@ def slice_(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
 
 
 def concatenate(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    v = _try_varying(ctx, op, facts)
-    if v is not None:
-        return (v,)
-    ops = holds_operands(ctx, op, facts)
-    if isinstance(ops, Failed):
-        return (ops,)
+    ops = _prelude(ctx, op, facts)
+    if isinstance(ops, tuple):
+        return ops
     dim = int(op.attrs["dimension"])  # type: ignore[arg-type]
     partials = {h.layout.partial for h in ops}
     target = join([Layout(h.layout.dims) for h in ops])

@@ -285,16 +285,24 @@ def _sink_movement(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey
         if a in moved:
             inner.append(a.args[0])
             continue
-        v = scalar_value(a)
-        if v is None:
+        splat = _resplat(terms, a, src.type.shape)
+        if splat is None:
             return None
-        scalar = a
-        while scalar.op == "broadcast_in_dim":
-            scalar = scalar.args[0]
-        inner.append(terms.apply("broadcast_in_dim", (scalar,), (("broadcast_dimensions", ()),),
-                                 TensorType(src.type.shape, a.type.dtype)) if src.type.rank else scalar)
+        inner.append(splat)
     small = terms.apply(op, tuple(inner), attrs, TensorType(src.type.shape, type.dtype))
     return terms.apply(first.op, (small,), first.attrs, type)
+
+
+def _resplat(terms: Terms, a: Term, shape: tuple[int, ...]) -> Term | None:
+    """The splat constant `a` at another shape (None if `a` is not a splat)."""
+    if scalar_value(a) is None:
+        return None
+    scalar = a
+    while scalar.op == "broadcast_in_dim":
+        scalar = scalar.args[0]
+    if not shape:
+        return scalar
+    return terms.apply("broadcast_in_dim", (scalar,), (("broadcast_dimensions", ()),), TensorType(shape, a.type.dtype))
 
 
 def _factor_broadcasts(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType,
@@ -313,14 +321,10 @@ def _factor_broadcasts(terms: Terms, op: str, args: tuple[Term, ...], attrs: Att
             inner.append(terms.apply("broadcast_in_dim", a.args, (("broadcast_dimensions", dims),),
                                      TensorType(small_shape, a.type.dtype)))
             continue
-        v = scalar_value(a)
-        if v is None:
+        splat = _resplat(terms, a, small_shape)
+        if splat is None:
             return None
-        scalar = a
-        while scalar.op == "broadcast_in_dim":
-            scalar = scalar.args[0]
-        inner.append(terms.apply("broadcast_in_dim", (scalar,), (("broadcast_dimensions", ()),),
-                                 TensorType(small_shape, a.type.dtype)))
+        inner.append(splat)
     small = terms.apply(op, tuple(inner), attrs, TensorType(small_shape, type.dtype))
     return terms.apply("broadcast_in_dim", (small,), (("broadcast_dimensions", tuple(used)),), type)
 
