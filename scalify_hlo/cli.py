@@ -23,6 +23,33 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 EXIT_BAD_INPUT = 3
 
 
+class _Progress:
+    """A one-line progress bar on stderr (a terminal only), shown once a run has taken a second."""
+
+    def __init__(self, enabled: bool) -> None:
+        import time
+
+        self.enabled = enabled and sys.stderr.isatty()
+        self.started = time.perf_counter()
+        self.shown = False
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        import time
+
+        if not self.enabled or time.perf_counter() - self.started < 1.0:
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r{stage:<22} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} ops")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r" + " " * 78 + "\r")
+            sys.stderr.flush()
+
+
 @app.command()
 def diff(
     before: Annotated[Path, typer.Argument(help="the single-device reference (StableHLO .mlir or HLO text)")],
@@ -39,8 +66,13 @@ def diff(
     from .egraph import Budget
     from .engine import Options, verify
 
-    opts = Options(numeric=numeric, budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed)
-    report = verify(before, after, opts)
+    bar = _Progress(enabled=not quiet and json_out is None)
+    opts = Options(numeric=numeric, budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed,
+                   progress=bar.update)
+    try:
+        report = verify(before, after, opts)
+    finally:
+        bar.close()
     if numeric:
         from .oracle import with_numeric
 

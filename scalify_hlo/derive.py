@@ -48,6 +48,7 @@ class Deriver:
         self.mesh = mesh
         self.facts: dict[Value, Fact] = {}
         self.resync = resync
+        self.progress: Callable[[int, int], None] | None = None
         self.ctx = Ctx(terms, mesh, self.fold, self.lift, self.varying, known or (lambda t: 0))
         self._fold_cache: dict[int, np.ndarray | None] = {}
         # Provenance of device-varying values, for localisation: which op computed a Varying, and which
@@ -69,8 +70,10 @@ class Deriver:
     def region(self, region: Region, args: Sequence[Fact]) -> tuple[Fact, ...]:
         for v, f in zip(region.args, args, strict=True):
             self.facts[v] = f
-        for op in region.ops:
+        for i, op in enumerate(region.ops):
             self.op(op)
+            if self.progress is not None and i % 1024 == 1023:
+                self.progress(i + 1, len(region.ops))
         return tuple(self.facts[v] for v in region.results)
 
     def op(self, op: Op) -> None:

@@ -9,6 +9,7 @@ proven equal to the reference's. Only then is the verdict `Equivalent`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class Options:
     seed: int = 0
     numeric_limit: int = 1 << 24  # elements: term evaluation for counterexamples only below this
     plain: bool = False  # same-device-count equivalence (two per-device or two global programs, no layouts)
+    progress: Callable[[str, int, int], None] | None = None  # (stage, ops done, ops in the stage)
 
 
 def load(source: str | Path | Module) -> Module:
@@ -126,6 +128,9 @@ class _Prover:
         plain = self.opts.plain
         bd = Deriver(self.terms, Mesh(()), plain=plain)
         params = [self.terms.param(i, p.tensor, _param_name(bp, i)) for i, p in enumerate(bp.func.params)]
+        if self.opts.progress is not None:
+            report = self.opts.progress
+            bd.progress = lambda done, total: report("reading the reference", done, total)
         bouts = bd.region(bp.func.body, [Holds(t, Layout.replicated(t.type.rank)) for t in params])
         self.timings["before"] = time.perf_counter() - t0
         before_terms: list[Term] = []
@@ -147,6 +152,9 @@ class _Prover:
         ad = Deriver(self.terms, Mesh(()) if plain else ap.mesh, resync=self.sync.resync, known=self.sync.known,
                      loops=self._induction, plain=plain)
         seeds = self._seeds(params)
+        if self.opts.progress is not None:
+            report = self.opts.progress
+            ad.progress = lambda done, total: report("deriving facts", done, total)
         aouts = ad.region(ap.func.body, seeds)
         self.timings["after"] = time.perf_counter() - t0
         t0 = time.perf_counter()
