@@ -14,10 +14,12 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	@echo "== a correct Megatron MLP (GSPMD/Shardy partitioned HLO) =="
-	-$(VENV)/bin/scalify-hlo diff tests/fixtures/megatron_mlp_shardy/before.mlir tests/fixtures/megatron_mlp_shardy/after.hlo
+	@$(VENV)/bin/scalify-hlo diff tests/fixtures/megatron_mlp_shardy/before.mlir tests/fixtures/megatron_mlp_shardy/after.hlo; \
+	  echo "(exit code $$?: 0 = equivalent)"
 	@echo
 	@echo "== a shard_map MLP that forgets its psum =="
-	-$(VENV)/bin/scalify-hlo diff tests/fixtures/megatron_mlp_shard_map_missing_psum/before.mlir tests/fixtures/megatron_mlp_shard_map_missing_psum/after.mlir
+	@$(VENV)/bin/scalify-hlo diff tests/fixtures/megatron_mlp_shard_map_missing_psum/before.mlir tests/fixtures/megatron_mlp_shard_map_missing_psum/after.mlir; \
+	  echo "(exit code $$?: 1 = discrepancy)"
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -194,7 +194,8 @@ def _render_finding(f: Finding, report: Report, root: Path | None) -> list[str]:
         lines.append(f"  after:  {f.after.instruction} = {f.after.opcode}"
                      + (f" ({f.after.ir})" if f.after.ir else "") + (f" [{f.after.op_name}]" if f.after.op_name else ""))
     for s in f.also:
-        lines.append(f"  also:   {s.instruction} = {s.opcode} at {s.source or s.ir or '?'}")
+        where = s.source or s.ir
+        lines.append(f"  also:   {s.instruction} = {s.opcode}" + (f" at {where}" if where else ""))
     if f.before:
         lines.append(f"  before: {f.before.instruction} = {f.before.opcode} at {f.before.source or '?'}")
     if f.expected or f.found:
