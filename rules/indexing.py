@@ -256,12 +256,23 @@ def scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         return (ctx.unsupported(op, "a scatter into a split dim"),)
     idx_batch = [d for d in range(idx.layout.rank) if d != g.index_vector_dim]
     upd_scatter = [d for d in range(upd.layout.rank) if d not in g.update_window_dims]
+    want = list(upd.layout.dims)
     for d_idx, d_upd in zip(idx_batch, upd_scatter, strict=True):
-        if idx.layout.dims[d_idx] != upd.layout.dims[d_upd]:
+        want[d_upd] = idx.layout.dims[d_idx]
+    if tuple(want) != upd.layout.dims:
+        # Updates replicated where the indices are split (a constant cotangent) are their tiled copies.
+        seen = view(upd.term, upd.layout, tuple(want), ctx.mesh, ctx.terms)
+        if seen is None:
             return (ctx.unsupported(op, "scatter indices and updates split differently"),)
+        upd = Holds(seen, Layout(tuple(want), upd.layout.partial))
+    want_x = list(x.layout.dims)
     for od, idim in zip(g.input_batching_dims, g.scatter_indices_batching_dims, strict=True):
-        if x.layout.dims[od] != idx.layout.dims[idim]:
+        want_x[od] = idx.layout.dims[idim]
+    if tuple(want_x) != x.layout.dims:
+        seen = view(x.term, x.layout, tuple(want_x), ctx.mesh, ctx.terms)
+        if seen is None:
             return (ctx.unsupported(op, "scatter batching dims split differently"),)
+        x = Holds(seen, Layout(tuple(want_x), x.layout.partial))
     split_batch = {a for d in idx_batch for a in idx.layout.dims[d]}
     batched = {a for d in g.input_batching_dims for a in x.layout.dims[d]}
     if split_batch - batched:

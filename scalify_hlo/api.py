@@ -7,6 +7,7 @@ already parsed `scalify_hlo.ir.Module`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +50,16 @@ def as_module(source: Source, name: str) -> Module:
 
 
 def verify(before: Source, after: Source, *, numeric: bool = False, seed: int = 0, iterations: int = 12,
-           nodes: int = 50_000, timeout: float = 5.0) -> Report:
+           nodes: int = 50_000, timeout: float = 5.0, assume: Mapping[str, tuple[int, int]] | None = None) -> Report:
     """Prove `after` (the distributed program) equivalent to `before` (its single-device reference).
 
-    Returns a `Report`; `report.name` is "equivalent", "discrepancy" or "unknown", `report.render()` the
-    compiler-style diagnostic, `report.to_json()` the JSON report. Bad input raises `ScalifyError`."""
+    `assume={"ids": (0, vocab)}` states that an integer input lies in a half-open range (what `table[ids]`
+    promises); the verdict then holds for such inputs only. Returns a `Report`; `report.name` is
+    "equivalent", "discrepancy" or "unknown", `report.render()` the compiler-style diagnostic,
+    `report.to_json()` the JSON report. Bad input raises `ScalifyError`."""
     bm, am = as_module(before, "<before>"), as_module(after, "<after>")
-    opts = Options(numeric=numeric, budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed)
+    opts = Options(numeric=numeric, budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed,
+                   assume=dict(assume or {}))
     report = _verify(bm, am, opts)
     if numeric:
         from .oracle import with_numeric

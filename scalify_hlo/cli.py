@@ -61,14 +61,26 @@ def diff(
     timeout: Annotated[float, typer.Option(help="egglog seconds budget per question")] = 5.0,
     nodes: Annotated[int, typer.Option(help="egglog e-node budget per question")] = 50_000,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print only the verdict line")] = False,
+    assume: Annotated[list[str] | None, typer.Option(
+        help="NAME=LO:HI: integer input NAME lies in [LO, HI) (token ids: JAX's table[ids] promises it); "
+             "repeatable. The verdict then holds for such inputs only")] = None,
 ) -> None:
     """Prove AFTER equivalent to BEFORE, or name the op and source line where they differ."""
     from .egraph import Budget
     from .engine import Options, verify
+    from .errors import UsageError
+    from .ranges import parse_assumption
 
+    promised: dict[str, tuple[int, int]] = {}
+    for text in assume or []:
+        try:
+            name, bounds = parse_assumption(text)
+        except ValueError as e:
+            raise UsageError(None, f"--assume: {e}") from None
+        promised[name] = bounds
     bar = _Progress(enabled=not quiet and json_out is None)
     opts = Options(numeric=numeric, budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed,
-                   progress=bar.update)
+                   progress=bar.update, assume=promised)
     try:
         report = verify(before, after, opts)
     finally:

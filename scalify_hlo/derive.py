@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from scalify_hlo.rules import masking
+
 from .errors import ShardingError
 from .facts import Ctx, Fact, Failed, Holds, Varying, constant_term, view
 from .ir import Op, Region, TensorType, Value
@@ -49,7 +51,7 @@ class Deriver:
         self.facts: dict[Value, Fact] = {}
         self.resync = resync
         self.progress: Callable[[int, int], None] | None = None
-        self.ctx = Ctx(terms, mesh, self.fold, self.lift, self.varying, known or (lambda t: 0))
+        self.ctx = Ctx(terms, mesh, self.fold, self.lift, self.varying, known or (lambda t: 0), self.source)
         self._fold_cache: dict[int, np.ndarray | None] = {}
         # Provenance of device-varying values, for localisation: which op computed a Varying, and which
         # Varying a lifted constant term came from.
@@ -83,6 +85,8 @@ class Deriver:
         if failed is not None and op.opcode not in ("tuple", "get_tuple_element"):
             up = dataclasses.replace(failed, upstream=True)
             out = tuple(up for _ in op.results)
+        elif masking.applies(self.ctx, op, facts) and (steps := masking.transfer(self.ctx, op, facts)) is not None:
+            out = steps
         elif op.opcode in self.hooks:
             out = self.hooks[op.opcode](self, op, facts)
         elif (sem := OPS.get(op.opcode)) is not None:
@@ -99,6 +103,18 @@ class Deriver:
                 self.varying_op.setdefault(id(f), op)
 
     # -- device-varying values ----------------------------------------------------------------------------
+    def source(self, v: Varying) -> Op | None:
+        """The op that computed a device-varying value, looking through broadcasts and reshapes: the line
+        that wrote an offset, not the one that used it."""
+        op = self.varying_op.get(id(v))
+        while op is not None and op.opcode in ("broadcast_in_dim", "reshape") and op.operands:
+            f = self.facts.get(op.operands[0])
+            before = self.varying_op.get(id(f)) if isinstance(f, Varying) else None
+            if before is None:
+                break
+            op = before
+        return op
+
     def fold(self, term: Term) -> np.ndarray | None:
         """The value of a term built only from constants and iotas, if it is small."""
         if term.id in self._fold_cache:

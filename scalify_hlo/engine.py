@@ -9,7 +9,7 @@ proven equal to the reference's. Only then is the verdict `Equivalent`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +20,7 @@ import scalify_hlo.parsers as parsers  # (installed from ./parsers: mypy cannot 
 from . import _jaxlib
 from .derive import Deriver
 from .egraph import Budget, EGraph
-from .errors import MismatchError, Span, UnsupportedError
+from .errors import MismatchError, Span, UnsupportedError, UsageError
 from .facts import Fact, Failed, Holds, Varying, view
 from .ir import Module, Op, TensorType, walk
 from .localize import localize_failure, localize_mismatch
@@ -39,6 +39,9 @@ class Options:
     numeric_limit: int = 1 << 24  # elements: term evaluation for counterexamples only below this
     plain: bool = False  # same-device-count equivalence (two per-device or two global programs, no layouts)
     progress: Callable[[str, int, int], None] | None = None  # (stage, ops done, ops in the stage)
+    # Input name -> half-open range [lo, hi) its integer values are promised to lie in (token ids):
+    # the verdict then holds for those inputs only, and the report says so.
+    assume: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def load(source: str | Path | Module) -> Module:
@@ -61,6 +64,7 @@ def verify(before: str | Path | Module, after: str | Path | Module, options: Opt
     ap = prepare(am, hint=bp.mesh if bp.mesh.size == am.num_partitions else None)
     timings["mesh"] = time.perf_counter() - t0
     _check_pair(bp, ap, opts.plain)
+    _check_assumptions(bp, opts.assume)
     prover = _Prover(bp, ap, opts)
     report = prover.run()
     timings.update(prover.timings)
@@ -83,7 +87,7 @@ def verify(before: str | Path | Module, after: str | Path | Module, options: Opt
         "segments_total": prover.egraph.stats.questions,
         "segments_unique": prover.egraph.stats.egraph_calls,
     }
-    return Report(report.verdict, str(bm.path), str(am.path), stats, report.notes, report.numeric)
+    return Report(report.verdict, str(bm.path), str(am.path), stats, report.notes, report.numeric, dict(opts.assume))
 
 
 def _check_pair(bp: Program, ap: Program, plain: bool = False) -> None:
@@ -109,10 +113,28 @@ def _check_pair(bp: Program, ap: Program, plain: bool = False) -> None:
                                 f"{how}: {list(want)}")
 
 
+def _check_assumptions(bp: Program, assume: Mapping[str, tuple[int, int]]) -> None:
+    from .ranges import dtype_bounds
+
+    names = [_param_name(bp, i) for i in range(len(bp.func.params))]
+    for name, (lo, hi) in assume.items():
+        if name not in names:
+            raise UsageError(Span(bp.path), f"--assume names `{name}`, which is not an input of the before program; "
+                             f"expected one of: {', '.join(names)}")
+        t = bp.func.params[names.index(name)].type
+        dtype = t.dtype if isinstance(t, TensorType) else ""
+        bounds = dtype_bounds(dtype)
+        if bounds is None:
+            raise UsageError(Span(bp.path), f"--assume {name}=...: `{name}` is {t}; expected an integer input")
+        if hi <= lo or lo < bounds[0] or hi - 1 > bounds[1]:
+            raise UsageError(Span(bp.path), f"--assume {name}={lo}:{hi}: expected a non-empty range of {dtype} "
+                             f"values, within [{bounds[0]}, {bounds[1] + 1})")
+
+
 class _Prover:
     def __init__(self, bp: Program, ap: Program, opts: Options) -> None:
         self.bp, self.ap, self.opts = bp, ap, opts
-        self.terms = Terms()
+        self.terms = Terms({name: (lo, hi - 1) for name, (lo, hi) in opts.assume.items()})
         self.egraph = EGraph(opts.budget)
         self.sync: Sync | None = None
         self.timings: dict[str, float] = {}
@@ -323,7 +345,7 @@ class _Prover:
                 a, b = self._run_per_device(j, rng)
             else:
                 leaves = {t.id: t for root in (after_term, before_term) for t in root.walk() if t.op == "param"}
-                env = {i: _random(t.type, rng) for i, t in leaves.items()}
+                env = {i: _random(t.type, rng, self.terms.intervals.get(i)) for i, t in leaves.items()}
                 a = evaluate(after_term, env).astype(np.float64)
                 b = evaluate(before_term, env).astype(np.float64)
         except (NotEvaluable, UnsupportedError, ValueError, TypeError, IndexError, KeyError, NotImplementedError):
@@ -348,13 +370,15 @@ def _stacked_random(p: Program, devices: int, rng: np.random.Generator) -> list[
     return [np.stack([_random(v.tensor, rng) for _ in range(devices)]) for v in p.func.params]
 
 
-def _random(t: TensorType, rng: np.random.Generator) -> np.ndarray:
+def _random(t: TensorType, rng: np.random.Generator, within: tuple[int, int] | None = None) -> np.ndarray:
+    """Random values of type `t`; integers in the inclusive range `within` (an assumption) or [0, 8)."""
     from .parsers.stablehlo import numpy_dtype
 
     if t.dtype in ("i1",):
         return rng.integers(0, 2, t.shape).astype(bool)
     if t.dtype.startswith(("i", "ui")):
-        return rng.integers(0, 8, t.shape).astype(numpy_dtype(t.dtype))
+        lo, hi = within if within is not None else (0, 7)
+        return rng.integers(lo, hi + 1, t.shape).astype(numpy_dtype(t.dtype))
     return rng.standard_normal(t.shape).astype(np.float32)
 
 

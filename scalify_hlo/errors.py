@@ -59,5 +59,9 @@ class MismatchError(ScalifyError):
     """The two programs cannot be compared at all (different number of inputs/outputs, shapes, dtypes)."""
 
 
+class UsageError(ScalifyError):
+    """An option the tool cannot act on: an assumption about an input the program does not have."""
+
+
 class UnsupportedError(ScalifyError):
     """A construct the reader understands but the tool cannot handle; surfaces as `unknown`, not exit 3."""

@@ -52,7 +52,58 @@ class TupleFact:
     elements: tuple[Fact, ...]
 
 
-Fact: TypeAlias = Holds | Varying | Failed | TupleFact
+@dataclass(frozen=True, slots=True, eq=False)
+class Window:
+    """Per device `c`, the half-open range `[lo[c], hi[c])` of a base tensor's values."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+
+    def __and__(self, other: Window) -> Window:
+        return Window(np.maximum(self.lo, other.lo), np.minimum(self.hi, other.hi))
+
+    def within(self, other: Window) -> bool:
+        """Every device's range lies inside `other`'s (empty ranges lie anywhere)."""
+        empty = self.lo >= self.hi
+        return bool(np.all(empty | ((self.lo >= other.lo) & (self.hi <= other.hi))))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Shifted:
+    """An index shifted per device (`ids - axis_index * v_local`): on device `c`, `base[c] + shift[c]` at
+    the positions where `base[c]` lies in `window`, and at the others a value in `outside`'s inclusive
+    per-device bounds (None: any value)."""
+
+    base: Holds
+    shift: np.ndarray
+    window: Window | None
+    outside: tuple[np.ndarray, np.ndarray] | None
+    origin: Op | None  # the op that computed the shift (where a wrong offset is made)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class InWindow:
+    """A mask: on device `c`, whether `base[c]` lies in `window` (or outside it, when `negated`)."""
+
+    base: Holds
+    window: Window
+    negated: bool = False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Lookup:
+    """A gather from a table split along the gathered dim over `axes`: on device `c`, the shard of `value`
+    where the index `base[c]` lies in `window` (the rows that device holds), rows of its own shard elsewhere."""
+
+    value: Holds
+    base: Holds
+    window: Window
+    axes: tuple[str, ...]
+    origin: Op
+
+
+Masked: TypeAlias = Shifted | InWindow | Lookup
+Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked
 
 
 def view(term: Term, have: Layout, want: tuple[tuple[str, ...], ...], mesh: Mesh, terms: Terms) -> Term | None:
@@ -115,6 +166,7 @@ class Ctx:
     lift: Callable[[Varying], Fact]  # a device-varying value as a Holds fact, or Failed
     varying: Callable[[Op, tuple[Fact, ...]], Fact | None]  # evaluate index arithmetic per device
     known: Callable[[Term], int] = lambda t: 0  # 2: the reference computes this term, 1: a like one
+    source: Callable[[Varying], Op | None] = lambda v: None  # the op that computed a device-varying value
 
     def fail(self, op: Op, reason: str, *, evidence: bool, origin: Op | None = None,
              expected: str | None = None, found: str | None = None) -> Failed:

@@ -124,6 +124,7 @@ class Report:
     stats: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     numeric: dict[str, Any] | None = None
+    assumptions: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> promised [lo, hi)
 
     @property
     def name(self) -> str:
@@ -154,6 +155,7 @@ class Report:
             "discrepancies": [f.to_json() for f in self.findings] if isinstance(self.verdict, Discrepancy) else [],
             "stats": self.stats,
             "notes": list(self.notes),
+            "assumptions": {k: list(v) for k, v in self.assumptions.items()},
         }
         if isinstance(self.verdict, Unknown):
             out["hints"] = [f.to_json() for f in self.verdict.findings]
@@ -175,6 +177,9 @@ class Report:
                 lines.append(f"output {o.index}: holds the reference value, layout {o.layout}")
         for note in self.notes:
             lines.append(f"note: {note}")
+        if self.assumptions:
+            promised = ", ".join(f"{k} in [{lo}, {hi})" for k, (lo, hi) in self.assumptions.items())
+            lines.append(f"assuming: {promised} (--assume); the verdict is for such inputs only")
         if self.numeric is not None:
             lines.append(f"numeric check: {self.numeric.get('summary', self.numeric)}")
         stats = ", ".join(f"{k} {v}" for k, v in self.stats.items() if k in ("seconds", "ops", "egraph_calls"))
@@ -194,8 +199,8 @@ def _render_finding(f: Finding, report: Report, root: Path | None) -> list[str]:
         lines.append(f"  after:  {f.after.instruction} = {f.after.opcode}"
                      + (f" ({f.after.ir})" if f.after.ir else "") + (f" [{f.after.op_name}]" if f.after.op_name else ""))
     for s in f.also:
-        where = s.source or s.ir
-        lines.append(f"  also:   {s.instruction} = {s.opcode}" + (f" at {where}" if where else ""))
+        at = s.source or s.ir
+        lines.append(f"  also:   {s.instruction} = {s.opcode}" + (f" at {at}" if at else ""))
     if f.before:
         lines.append(f"  before: {f.before.instruction} = {f.before.opcode} at {f.before.source or '?'}")
     if f.expected or f.found:

@@ -11,14 +11,16 @@ as `dot_general`); everything else is left to egglog (`rules/algebra.py`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from . import ranges
 from .ir import DotDims, Literal, TensorType
+from .ranges import Interval
 
 AttrKey = tuple[tuple[str, Any], ...]
 
@@ -84,8 +86,10 @@ def scalar_value(t: Term) -> float | None:
 class Terms:
     """The intern table. `mk` interns exactly; `apply` canonicalises first."""
 
-    def __init__(self) -> None:
+    def __init__(self, assume: Mapping[str, Interval] | None = None) -> None:
         self._table: dict[tuple[Any, ...], Term] = {}
+        self.assume = dict(assume or {})  # input name -> inclusive range its values are promised to lie in
+        self.intervals: dict[int, Interval | None] = {}  # term id -> range (`ranges.interval`'s cache)
 
     def __len__(self) -> int:
         return len(self._table)
@@ -100,7 +104,10 @@ class Terms:
 
     # -- leaves ---------------------------------------------------------------------------------------
     def param(self, index: int, type: TensorType, name: str = "") -> Term:
-        return self.mk("param", (), (("index", index), ("name", name)), type)
+        t = self.mk("param", (), (("index", index), ("name", name)), type)
+        if name in self.assume:
+            self.intervals[t.id] = self.assume[name]
+        return t
 
     def fresh(self, label: str, type: TensorType) -> Term:
         """A leaf that equals nothing else (loop variables of an induction step)."""
@@ -186,11 +193,16 @@ def _reshape(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
     (x,) = args
     if x.type.shape == type.shape:
         return x
+    if scalar_value(x) is not None:
+        return _resplat(terms, x, type.shape)  # a reshaped splat is a splat
     return normalize(terms, "reshape", x, a, type)
 
 
 def _select(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     pred, on_true, on_false = args
+    chosen = ranges.bool_value(pred)
+    if chosen is not None and on_true.type == on_false.type == type:
+        return on_true if chosen else on_false
     if type.dtype == "i1" and scalar_value(on_true) == 1.0 and scalar_value(on_false) == 0.0 and pred.type == type:
         return pred  # select(p, true, false) is p
     if on_true is on_false:
@@ -216,6 +228,11 @@ def _broadcast(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Te
     dims = tuple(a["broadcast_dimensions"])
     if x.type.shape == type.shape and dims == tuple(range(len(dims))):
         return x
+    if scalar_value(x) is not None:
+        while x.op == "broadcast_in_dim":
+            x = x.args[0]
+        if x.type.rank == 0:  # a splat's one form: its scalar broadcast
+            return terms.mk("broadcast_in_dim", (x,), (("broadcast_dimensions", ()),), type)
     expanded = [i for i, d in enumerate(dims) if x.type.shape[i] == 1]
     if expanded and x.type.rank > 0:
         # An operand's unit dim, stretched or not, carries nothing: broadcast the operand without it
@@ -262,6 +279,9 @@ def _compare(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
     default = "FLOAT" if dtype.startswith(("f", "bf")) else "UNSIGNED" if dtype.startswith(("ui", "i1")) else "SIGNED"
     if kind is not None and kind != default:
         return None
+    decided = ranges.fold_compare(terms, args, a["comparison_direction"], type)
+    if decided is not None:
+        return decided
     return terms.mk("compare", args, (("comparison_direction", a["comparison_direction"]),), type)
 
 
@@ -337,8 +357,14 @@ def _fold_scalars(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey,
     """Arithmetic on scalar constants, computed in the program's float type as XLA's constant folder
     does (these ops are correctly rounded in IEEE arithmetic, so the folded value is the program's)."""
     fn = _FOLDABLE.get(op)
-    if fn is None or type.rank != 0 or not type.dtype.startswith("f") or type.dtype not in ("f16", "f32", "f64"):
+    if fn is None or not type.dtype.startswith("f") or type.dtype not in ("f16", "f32", "f64"):
         return None
+    if type.rank != 0:
+        if not args or any(scalar_value(a) is None for a in args):
+            return None
+        cores = tuple(c for a in args if (c := _resplat(terms, a, ())) is not None)
+        folded = _fold_scalars(terms, op, cores, attrs, TensorType((), type.dtype))
+        return None if folded is None else _resplat(terms, folded, type.shape)  # splats fold like scalars
     if not all(a.op == "constant" and a.type.rank == 0 for a in args):
         return None
     from .parsers.stablehlo import numpy_dtype
@@ -405,17 +431,34 @@ def _multiply(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Ten
     return _fold_scale(terms, "multiply", args, type)
 
 
+def _and(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return ranges.fold_logic(terms, "and", args, type)
+
+
+def _or(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return ranges.fold_logic(terms, "or", args, type)
+
+
+def _clamp(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return ranges.fold_clamp(terms, args, type)
+
+
 _CANON = {
+    "and": _and,
     "broadcast_in_dim": _broadcast,
+    "clamp": _clamp,
     "compare": _compare,
     "constant": _constant,
     "convert": _convert,
     "copy": _identity,
     "divide": _divide,
     "dot": _dot,
+    "gather": ranges.fold_gather_clamp,
     "multiply": _multiply,
     "negate": _negate,
     "optimization_barrier": _identity,
+    "or": _or,
+    "reduce": ranges.fold_reduce_logic,
     "reshape": _reshape,
     "select": _select,
     "slice": _slice,

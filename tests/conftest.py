@@ -31,6 +31,11 @@ class Fixture:
         return hlo if hlo.exists() else self.dir / "after.mlir"
 
     @property
+    def assume(self) -> dict[str, tuple[int, int]]:
+        """Input ranges the verdict is stated under (`--assume NAME=LO:HI`)."""
+        return {k: (lo, hi) for k, (lo, hi) in self.expected.get("assume", {}).items()}
+
+    @property
     def bug_site(self) -> str | None:
         bug = self.expected.get("bug")
         return f"{bug['file']}:{bug['line']}" if bug else None

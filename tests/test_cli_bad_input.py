@@ -92,3 +92,17 @@ def test_mismatched_pair_different_shapes() -> None:
 @pytest.mark.parametrize("args", [("diff",), ("diff", "--bogus", "a", "b"), ("frobnicate",)])
 def test_usage_errors(args: tuple[str, ...]) -> None:
     assert_bad_input(run_cli(*args))
+
+
+EMBED = FIXTURES / "embed_vocab_shard_map"
+
+
+@pytest.mark.parametrize("assume,needles", [
+    ("idz=0:32", ("--assume names `idz`", "expected one of: ids, table")),
+    ("ids=0", ("NAME=LO:HI",)),
+    ("ids=9:3", ("empty",)),
+    ("table=0:4", ("`table` is tensor<32x8xf32>", "integer input")),
+    ("ids=0:99999999999", ("within [-2147483648, 2147483648)",)),
+])
+def test_bad_assumption(assume: str, needles: tuple[str, ...]) -> None:
+    assert_bad_input(run_cli("diff", EMBED / "before.mlir", EMBED / "after.mlir", "--assume", assume), *needles)

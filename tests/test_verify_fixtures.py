@@ -10,16 +10,11 @@ from __future__ import annotations
 import pytest
 from conftest import Fixture, fixtures
 
-from scalify_hlo.engine import verify
+from scalify_hlo.engine import Options, verify
 
 FIXTURES = fixtures()
 
 LIMITS = {
-    **dict.fromkeys(["embed_vocab_shard_map", "embed_vocab_shard_map_no_mask", "embed_vocab_shard_map_wrong_offset",
-                     "embed_vocab_shardy", "xent_vocab_shard_map", "xent_vocab_shardy", "train_adam_shardy"],
-                    "vocab-parallel lookups: ids shifted by a device offset and masked to the shard. Not modelled, and "
-                    "only equal to the reference for ids in [0, vocab): out of range the masked sum is 0 where the "
-                    "reference gather clamps the index, so no unconditional proof exists"),
     **dict.fromkeys(["ring_attention_shard_map", "ring_attention_shard_map_fori", "ring_attention_shard_map_no_rescale",
                      "ring_attention_shard_map_wrong_direction"],
                     "ring attention: diagonal blocks of q·kᵀ and the online-softmax rescaling (not modelled)"),
@@ -33,7 +28,7 @@ LIMITS = {
 
 @pytest.mark.parametrize("fx", FIXTURES, ids=[f.name for f in FIXTURES])
 def test_fixture_verdict(fx: Fixture) -> None:
-    report = verify(fx.before, fx.after)
+    report = verify(fx.before, fx.after, Options(assume=fx.assume))
     if fx.name in LIMITS:
         assert report.name == "unknown", f"{fx.name} ({LIMITS[fx.name]}) now gets {report.name}:\n{report.render()}"
         return
@@ -47,7 +42,7 @@ def test_fixture_verdict(fx: Fixture) -> None:
 @pytest.mark.parametrize("fx", [f for f in FIXTURES if f.expected["verdict"] == "equivalent" and f.name not in LIMITS],
                          ids=lambda f: f.name)
 def test_equivalent_reports_every_output(fx: Fixture) -> None:
-    report = verify(fx.before, fx.after)
+    report = verify(fx.before, fx.after, Options(assume=fx.assume))
     data = report.to_json()
     assert data["verdict"] == "equivalent"
     assert len(data["outputs"]) >= 1 and not data["discrepancies"]

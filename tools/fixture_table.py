@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from scalify_hlo.engine import verify
+from scalify_hlo.engine import Options, verify
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -30,13 +30,15 @@ def main() -> None:
         exp = json.loads((d / "expected.json").read_text())
         after = d / "after.hlo" if (d / "after.hlo").exists() else d / "after.mlir"
         t0 = time.perf_counter()
-        r = verify(d / "before.mlir", after)
+        assume = {k: (lo, hi) for k, (lo, hi) in exp.get("assume", {}).items()}
+        r = verify(d / "before.mlir", after, Options(assume=assume))
         seconds = time.perf_counter() - t0
         site = r.findings[0].after.source if r.findings and r.findings[0].after else ""
         want = f"{exp['bug']['file']}:{exp['bug']['line']}" if exp.get("bug") else ""
         mark = "" if r.name == exp["verdict"] and (not want or site == want) else " ✗"
         s = r.stats
-        rows.append(f"| {d.name} | {exp['verdict']} | {r.name}{mark} | {site} | {seconds:.2f} | "
+        name = d.name + "".join(f" (--assume {k}={lo}:{hi})" for k, (lo, hi) in assume.items())
+        rows.append(f"| {name} | {exp['verdict']} | {r.name}{mark} | {site} | {seconds:.2f} | "
                     f"{s['egraph_calls']} ({s['egraph_memo_hits']}) | {s['egraph_max_nodes']} |")
     table = "\n".join(rows)
     print(table)

@@ -393,6 +393,8 @@ class Built:
     before_out: list[np.ndarray]
     after_out: list[np.ndarray] | None
     bug: dict[str, Any] | None = None
+    # inputs promised to lie in a half-open range (token ids), verified with --assume NAME=LO:HI
+    assume: dict[str, list[int]] | None = None
     # for mutations of a partitioned module
     in_shardings: list[Any] | None = None
     out_shardings: list[Any] | None = None
@@ -932,17 +934,22 @@ fixture("train_clip_shard_map_local_norm", "FSDP SGD step with gradient clipping
 # --------------------------------------------------------------------------------------- parallelism styles
 
 
+VOCAB = 32
+
+
 def embed_args(name: str) -> list[np.ndarray]:
-    return vocab_parallel.embed_init(4, 8, 32, 8, rng_for("embed_vocab"))
+    return vocab_parallel.embed_init(4, 8, VOCAB, 8, rng_for("embed_vocab"))
 
 
 def _embed(variant: str) -> Callable[[str], Built]:
     def fn(name: str) -> Built:
         mesh = make_mesh((2, 4), ("dp", "tp"))
         in_specs, _ = vocab_parallel.embed_specs()
-        return shard_map_pair(name, vocab_parallel.embed_reference, vocab_parallel.shard_map_embed(mesh, variant),
-                              mesh, embed_args(name), ["ids", "table"], in_specs,
-                              None if variant == "correct" else vocab_parallel.EMBED_VARIANTS[variant])
+        built = shard_map_pair(name, vocab_parallel.embed_reference, vocab_parallel.shard_map_embed(mesh, variant),
+                               mesh, embed_args(name), ["ids", "table"], in_specs,
+                               None if variant == "correct" else vocab_parallel.EMBED_VARIANTS[variant])
+        # Masking ids to the shard equals table[ids] only for ids in range (which table[ids] promises).
+        return dataclasses.replace(built, assume={"ids": [0, VOCAB]})
 
     return fn
 
@@ -966,16 +973,17 @@ def _embed_shardy(name: str) -> Built:
 
 
 def xent_args(name: str) -> list[np.ndarray]:
-    return vocab_parallel.xent_init(8, 32, rng_for("xent_vocab"))
+    return vocab_parallel.xent_init(8, VOCAB, rng_for("xent_vocab"))
 
 
 def _xent(variant: str) -> Callable[[str], Built]:
     def fn(name: str) -> Built:
         mesh = make_mesh((2, 4), ("dp", "tp"))
         in_specs, _ = vocab_parallel.xent_specs()
-        return shard_map_pair(name, vocab_parallel.xent_reference, vocab_parallel.shard_map_xent(mesh, variant),
-                              mesh, xent_args(name), ["logits", "labels"], in_specs,
-                              None if variant == "correct" else vocab_parallel.XENT_VARIANTS[variant])
+        built = shard_map_pair(name, vocab_parallel.xent_reference, vocab_parallel.shard_map_xent(mesh, variant),
+                               mesh, xent_args(name), ["logits", "labels"], in_specs,
+                               None if variant == "correct" else vocab_parallel.XENT_VARIANTS[variant])
+        return dataclasses.replace(built, assume={"labels": [0, VOCAB]})
 
     return fn
 
@@ -1097,6 +1105,8 @@ def write_fixture(b: Built) -> dict[str, int]:
     }
     if b.notes:
         expected["notes"] = b.notes
+    if b.assume:
+        expected["assume"] = b.assume
     files["expected.json"] = (json.dumps(expected, indent=2) + "\n").encode()
     arrays: dict[str, np.ndarray] = {}
     for i, x in enumerate(b.inputs):

@@ -1,0 +1,457 @@
+"""Transfer rules for vocab-parallel lookups: indices shifted to a shard, masked, gathered and summed.
+
+Megatron's embedding and cross-entropy, and GSPMD's partitioned gather, read rows of a table split along
+the gathered dim: each device shifts the ids by the first row it holds (`ids - axis_index * v_local`),
+masks the ids outside its rows, gathers from its shard, zeroes the masked rows, and a sum over the axis
+assembles the lookup. Until the zeroing no device holds the shard of any global tensor, so the steps are
+tracked as `Shifted`, `InWindow` and `Lookup` facts (facts.py), each exact per device. The zeroed lookup
+is a partial sum of the global gather when, along the axis, the devices' windows are disjoint and cover
+every index the program can see: a range from a clamp in the program, or one the user assumes
+(`--assume ids=0:32000`). Without one the verdict is `unknown`, and says what to assume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from scalify_hlo import ranges
+from scalify_hlo.facts import Ctx, Fact, Holds, InWindow, Lookup, Masked, Shifted, Varying, Window
+from scalify_hlo.ir import GatherDims, Op, TensorType, Value
+from scalify_hlo.mesh import Layout, Reducer, match_axis_index
+
+from .indexing import gather as gather_holds
+
+NEG, POS = -(1 << 62), 1 << 62
+_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
+_MOVEMENT = ("broadcast_in_dim", "reshape", "transpose")
+
+Rule = Callable[[Ctx, Op, tuple[Fact, ...]], tuple[Fact, ...] | None]
+
+
+def applies(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> bool:
+    """Whether this op is a step of a masked lookup: it reads one, or shifts or compares indices by a
+    per-device amount (the first step)."""
+    if any(isinstance(f, Shifted | InWindow | Lookup) for f in facts):
+        return True
+    if op.opcode not in ("add", "subtract", "compare") or len(facts) != 2:
+        return False
+    return (any(isinstance(f, Varying) and _scalar(ctx, f) is not None for f in facts)
+            and any(_index(ctx, f) is not None for f in facts))
+
+
+def transfer(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    rule = RULES.get(op.opcode)
+    return None if rule is None else rule(ctx, op, facts)
+
+
+# -- reading operands ---------------------------------------------------------------------------------------
+
+def _scalar(ctx: Ctx, f: Fact) -> np.ndarray | None:
+    """An integer that may differ between devices but not between elements: one value per device."""
+    if isinstance(f, Varying):
+        if not f.type.dtype.startswith(("i", "ui")) or f.type.dtype == "i1":
+            return None
+        rows = np.asarray(f.values).reshape(f.values.shape[0], -1)
+        if rows.shape[1] == 0 or not np.all(rows == rows[:, :1]):
+            return None
+        return rows[:, 0].astype(np.int64)
+    if isinstance(f, Holds) and not f.layout.partial and f.term.type.dtype.startswith(("i", "ui")):
+        folded = ctx.fold(f.term)
+        if folded is not None and folded.size and np.all(folded == folded.reshape(-1)[0]):
+            return np.full(ctx.mesh.size, int(folded.reshape(-1)[0]), dtype=np.int64)
+    return None
+
+
+def _index(ctx: Ctx, f: Fact) -> Holds | None:
+    """A tensor of integer indices (not a constant: those are plain index arithmetic)."""
+    if (isinstance(f, Holds) and not f.layout.partial and f.term.type.dtype.startswith(("i", "ui"))
+            and f.term.type.dtype != "i1" and ctx.fold(f.term) is None):
+        return f
+    return None
+
+
+def _bool(ctx: Ctx, f: Fact) -> bool | None:
+    """The value of a boolean that is the same everywhere."""
+    if isinstance(f, Holds) and not f.layout.partial and f.term.type.dtype == "i1":
+        folded = ctx.fold(f.term)
+        if folded is not None and folded.size and np.all(folded == folded.reshape(-1)[0]):
+            return bool(folded.reshape(-1)[0])
+    if isinstance(f, Varying) and f.type.dtype == "i1" and np.all(f.values == f.values.reshape(-1)[0]):
+        return bool(f.values.reshape(-1)[0])
+    return None
+
+
+def _same_base(a: Holds, b: Holds) -> bool:
+    return a.term is b.term and a.layout == b.layout
+
+
+def _constant(ctx: Ctx, op: Op, value: bool) -> Holds:
+    t = op.result.tensor
+    return Holds(ranges.bool_splat(ctx.terms, value, t), Layout.replicated(t.rank))
+
+
+def _mask(ctx: Ctx, op: Op, base: Holds, window: Window, negated: bool = False) -> Fact:
+    empty = window.lo >= window.hi
+    if np.all(empty):
+        return _constant(ctx, op, negated)
+    if np.all((window.lo <= NEG) & (window.hi >= POS)):
+        return _constant(ctx, op, not negated)
+    return InWindow(base, window, negated)
+
+
+def _condition(direction: str, k: np.ndarray) -> tuple[Window, bool] | None:
+    """The base values `v` with `v <direction> k`, per device: a window, or the outside of one."""
+    neg, pos = np.full_like(k, NEG), np.full_like(k, POS)
+    match direction:
+        case "LT":
+            return Window(neg, k), False
+        case "LE":
+            return Window(neg, k + 1), False
+        case "GE":
+            return Window(k, pos), False
+        case "GT":
+            return Window(k + 1, pos), False
+        case "EQ":
+            return Window(k, k + 1), False
+        case "NE":
+            return Window(k, k + 1), True
+    return None
+
+
+def _decided(direction: str, bounds: tuple[np.ndarray, np.ndarray] | None, k: np.ndarray) -> np.ndarray | None:
+    """`v <direction> k` per device, for every `v` within `bounds`; None where that depends on `v`."""
+    if bounds is None:
+        return None
+    fns = {"LT": np.less, "LE": np.less_equal, "GE": np.greater_equal, "GT": np.greater, "EQ": np.equal,
+           "NE": np.not_equal}
+    lo, hi = bounds
+    at_lo, at_hi = np.asarray(fns[direction](lo, k)), np.asarray(fns[direction](hi, k))
+    same = at_lo == at_hi
+    if direction in ("EQ", "NE"):
+        same &= (lo == hi) | (k < lo) | (k > hi)
+    return at_lo if bool(np.all(same)) else None
+
+
+# -- the steps ----------------------------------------------------------------------------------------------
+
+def _shift(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    """ids ± (per-device offset), and further constant shifts of such an index."""
+    x, y = facts
+    sign = -1 if op.opcode == "subtract" else 1
+    pairs = [(x, y, sign)] + ([(y, x, 1)] if sign == 1 else [])
+    for a, b, s in pairs:
+        k = _scalar(ctx, b)
+        if k is None:
+            continue
+        if isinstance(a, Shifted):
+            outside = None if a.outside is None else (a.outside[0] + s * k, a.outside[1] + s * k)
+            return (Shifted(a.base, a.shift + s * k, a.window, outside, a.origin),)
+        base = _index(ctx, a)
+        if base is not None and isinstance(b, Varying):
+            return (Shifted(base, s * k, None, None, ctx.source(b)),)
+    return None
+
+
+def _bounded(x: Shifted, k: np.ndarray, upper: bool) -> Shifted:
+    """min(x, k) (upper) or max(x, k): x where it is within the bound, k elsewhere (`jnp.clip`)."""
+    keep = _condition("LE" if upper else "GE", k - x.shift)
+    assert keep is not None
+    window = keep[0] if x.window is None else keep[0] & x.window
+    outside: tuple[np.ndarray, np.ndarray] | None = (k, k)
+    if x.window is not None:
+        if x.outside is None:
+            outside = None
+        else:
+            bound = np.minimum if upper else np.maximum
+            lo, hi = bound(x.outside[0], k), bound(x.outside[1], k)
+            outside = (np.minimum(lo, k), np.maximum(hi, k))
+    return Shifted(x.base, x.shift, window, outside, x.origin)
+
+
+def _clip(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    x, y = facts if isinstance(facts[0], Shifted) else facts[::-1]
+    k = _scalar(ctx, y)
+    if not isinstance(x, Shifted) or k is None:
+        return None
+    return (_bounded(x, k, op.opcode == "minimum"),)
+
+
+def _clamp(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    lo, x, hi = facts
+    a, b = _scalar(ctx, lo), _scalar(ctx, hi)
+    if not isinstance(x, Shifted) or a is None or b is None:
+        return None
+    return (_bounded(_bounded(x, a, upper=False), b, upper=True),)
+
+
+def _compare(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    direction = str(op.attrs["comparison_direction"])
+    x, y = facts
+    if _scalar(ctx, y) is None and _scalar(ctx, x) is not None:
+        x, y, direction = y, x, _FLIP[direction]
+    k = _scalar(ctx, y)
+    if k is None:
+        return None
+    if isinstance(x, Shifted):
+        cond = _condition(direction, k - x.shift)
+        if cond is None:
+            return None
+        window, negated = cond
+        if x.window is None:
+            return (_mask(ctx, op, x.base, window, negated),)
+        outside = _decided(direction, x.outside, k)
+        if outside is None or negated:
+            return None
+        if not outside.any():
+            return (_mask(ctx, op, x.base, window & x.window),)
+        if outside.all() and x.window.within(window):
+            return (_constant(ctx, op, True),)
+        return None
+    base = _index(ctx, x)
+    plain = _condition(direction, k)
+    if base is not None and isinstance(y, Varying) and plain is not None:
+        return (_mask(ctx, op, base, *plain),)
+    return None
+
+
+def _logic(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    x, y = facts
+    is_and = op.opcode == "and"
+    for a, b in ((x, y), (y, x)):
+        v = _bool(ctx, a)
+        if v is not None and isinstance(b, InWindow):
+            return (b,) if v == is_and else (_constant(ctx, op, v),)
+    if not (isinstance(x, InWindow) and isinstance(y, InWindow) and _same_base(x.base, y.base)):
+        return None
+    if x.negated == y.negated and is_and != x.negated:
+        # a ∧ b, or ¬a ∨ ¬b = ¬(a ∧ b)
+        return (_mask(ctx, op, x.base, x.window & y.window, x.negated),)
+    if not is_and and not x.negated and not y.negated:
+        # (-∞, a) ∪ [b, ∞) with a ≤ b is the outside of [a, b) (GSPMD's "not in my shard" test)
+        for lo, hi in ((x.window, y.window), (y.window, x.window)):
+            if np.all(lo.lo <= NEG) and np.all(hi.hi >= POS) and np.all(lo.hi <= hi.lo):
+                return (_mask(ctx, op, x.base, Window(lo.hi, hi.lo), negated=True),)
+    return None
+
+
+def _not(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    (x,) = facts
+    return (InWindow(x.base, x.window, not x.negated),) if isinstance(x, InWindow) else None
+
+
+def _select(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    p, a, b = facts
+    chosen = _bool(ctx, p)
+    if chosen is not None:
+        return (a if chosen else b,)
+    if not isinstance(p, InWindow):
+        return None
+    if p.negated:
+        p, a, b = InWindow(p.base, p.window), b, a
+    if isinstance(a, Shifted) and _same_base(p.base, a.base):
+        k = _scalar(ctx, b)
+        if k is None or (a.window is not None and not p.window.within(a.window)):
+            return None
+        return (Shifted(a.base, a.shift, p.window, (k, k), a.origin),)
+    if isinstance(a, Lookup) and _is_zero(ctx, b):
+        return (_zeroed(ctx, op, p, a),)
+    return None
+
+
+def _is_zero(ctx: Ctx, f: Fact) -> bool:
+    if not isinstance(f, Holds) or f.layout.partial:
+        return False
+    folded = ctx.fold(f.term)
+    return folded is not None and folded.size > 0 and not np.any(folded)
+
+
+def _zeroed(ctx: Ctx, op: Op, mask: InWindow, look: Lookup) -> Fact:
+    """A lookup with the rows outside `mask` zeroed: a partial sum over the table's axes of the global
+    gather, if along those axes exactly one device keeps each index the program can see."""
+    if not _same_base(mask.base, look.base):
+        return ctx.unsupported(op, "a lookup masked by a condition on other indices than it gathers with")
+    if not mask.window.within(look.window):
+        return ctx.fail(op, "the mask keeps rows the device does not hold (the indices are masked to other "
+                        "bounds than the device's shard of the table)", evidence=True, origin=look.origin)
+    axes = look.axes
+    segments: list[tuple[int, int]] | None = None
+    for group in _groups(ctx, axes):
+        lo, hi = mask.window.lo[group], mask.window.hi[group]
+        keep = lo < hi
+        order = np.argsort(lo[keep], kind="stable")
+        los, his = lo[keep][order], hi[keep][order]
+        for i in range(len(los) - 1):
+            if los[i + 1] < his[i]:
+                return ctx.fail(op, f"two devices along {_axes(axes)} both keep the indices in "
+                                f"[{max(los[i + 1], los[i])}, {min(his[i], his[i + 1])}): their rows are "
+                                "summed twice", evidence=True, origin=look.origin)
+        merged = _merge(list(zip(los.tolist(), his.tolist(), strict=True)))
+        segments = merged if segments is None or merged == segments else []
+    seen = ranges.interval(ctx.terms, mask.base.term)
+    covered = seen is not None and any(s <= seen[0] and seen[1] < e for s, e in segments or [])
+    if not covered:
+        return _uncovered(ctx, op, mask, look, seen, segments or [])
+    layout = look.value.layout
+    partial = tuple(sorted((*layout.partial, *((a, Reducer.SUM) for a in axes))))
+    return Holds(look.value.term, Layout(layout.dims, partial), op)
+
+
+def _uncovered(ctx: Ctx, op: Op, mask: InWindow, look: Lookup, seen: tuple[int, int] | None,
+               segments: list[tuple[int, int]]) -> Fact:
+    keeps = " ∪ ".join(f"[{s}, {e})" for s, e in segments) or "different ranges on different devices"
+    names = sorted({str(t.attr("name")) for t in mask.base.term.walk() if t.op == "param"})
+    if seen is not None:
+        return ctx.unsupported(op, f"the indices can be in [{seen[0]}, {seen[1] + 1}) but the devices along "
+                               f"{_axes(look.axes)} keep only {keeps}: the others would be looked up nowhere")
+    hint = ""
+    if len(names) == 1 and len(segments) == 1:
+        hint = f"; if they are (JAX's `table[ids]` promises it), pass --assume {names[0]}={segments[0][0]}:" \
+               f"{segments[0][1]}"
+    what = f"`{names[0]}`" if len(names) == 1 else "the indices"
+    return ctx.unsupported(op, f"the masked lookup equals the reference only if {what} lie in {keeps} "
+                           f"(elsewhere it is 0 where the reference clamps the index){hint}")
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in spans:
+        if out and s == out[-1][1]:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def _groups(ctx: Ctx, axes: tuple[str, ...]) -> list[np.ndarray]:
+    """Device ids, one row per combination of the other axes' coordinates."""
+    grid = ctx.mesh.device_array()
+    names = ctx.mesh.names
+    moved = np.moveaxis(grid, [names.index(a) for a in axes], list(range(grid.ndim - len(axes), grid.ndim)))
+    return list(moved.reshape(-1, ctx.mesh.size_of(axes)))
+
+
+def _axes(axes: tuple[str, ...]) -> str:
+    return "{" + ", ".join(f'"{a}"' for a in axes) + "}"
+
+
+def _gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    table, idx = facts
+    g = op.attrs.get("dimension_numbers")
+    if not (isinstance(table, Holds) and isinstance(idx, Shifted) and isinstance(g, GatherDims)):
+        return None
+    itype = idx.base.term.type
+    if len(g.start_index_map) != 1 or (g.index_vector_dim < itype.rank and itype.shape[g.index_vector_dim] != 1):
+        return None
+    d = g.start_index_map[0]
+    axes = table.layout.dims[d]
+    if not axes or table.layout.partial or set(axes) & (idx.base.layout.split_axes() | idx.base.layout.partial_axes()):
+        return (ctx.unsupported(op, "a shifted-index gather from a table not split along the gathered dim, or "
+                                "with indices split over the table's axes"),)
+    rows = table.layout.local_shape(table.term.type.shape, ctx.mesh)[d]
+    match = match_axis_index(-idx.shift, ctx.mesh)
+    if match is None or match[0] != axes or match[1] != rows:
+        offsets = (-idx.shift[ctx.mesh.device_array().reshape(-1)])[:8].tolist()
+        return (ctx.fail(op, f"the indices are shifted by {offsets}... on the devices, but the device at index k "
+                         f"along {_axes(axes)} holds rows from {rows}·k of the table: they gather the wrong rows",
+                         evidence=True, origin=idx.origin, expected=f"offset {rows} × index along {_axes(axes)}",
+                         found=f"offsets {offsets}"),)
+    whole = Holds(table.term, Layout(tuple(() if i == d else a for i, a in enumerate(table.layout.dims))))
+    (value,) = gather_holds(ctx, op, (whole, idx.base))
+    if not isinstance(value, Holds):
+        return (value,)
+    base = _index_at_outputs(ctx, g, idx.base, value)
+    if base is None:
+        return (ctx.unsupported(op, "a shifted-index gather whose slices are split"),)
+    window = Window(-idx.shift, -idx.shift + rows)
+    if idx.window is not None:
+        window = window & idx.window
+    return (Lookup(value, base, window, axes, op),)
+
+
+def _index_at_outputs(ctx: Ctx, g: GatherDims, idx: Holds, value: Holds) -> Holds | None:
+    """The index each output element of the gather was read with, as a tensor of the output's shape."""
+    out = value.term.type
+    batch = tuple(j for j in range(out.rank) if j not in g.offset_dims)
+    if any(value.layout.dims[j] for j in g.offset_dims):
+        return None
+    t = idx.term
+    if g.index_vector_dim < t.type.rank:
+        shape = tuple(n for i, n in enumerate(t.type.shape) if i != g.index_vector_dim)
+        t = ctx.terms.apply("reshape", (t,), (), TensorType(shape, t.type.dtype))
+    t = ctx.terms.apply("broadcast_in_dim", (t,), (("broadcast_dimensions", batch),), TensorType(out.shape, t.type.dtype))
+    return Holds(t, Layout(value.layout.dims))
+
+
+def _retyped(op: Op, opcode: str, dtype: str) -> Op:
+    """`op` producing another element type (to move an integer base along with a mask or rows)."""
+    return Op(opcode, op.operands, (Value(TensorType(op.result.tensor.shape, dtype)),), op.attrs, (), op.loc)
+
+
+def _move(ctx: Ctx, op: Op, h: Holds, opcode: str | None = None) -> Holds | None:
+    from scalify_hlo.semantics import OPS
+
+    name = opcode or op.opcode
+    (out,) = OPS[name].transfer(ctx, _retyped(op, name, h.term.type.dtype), (h,))
+    return out if isinstance(out, Holds) else None
+
+
+def _movement(ctx: Ctx, op: Op, facts: tuple[Fact, ...], opcode: str | None = None) -> tuple[Fact, ...] | None:
+    f = facts[0]
+    if not isinstance(f, Shifted | InWindow | Lookup):
+        return None
+    moved: Masked | None = None
+    match f:
+        case Shifted():
+            base = _move(ctx, op, f.base, opcode)
+            moved = None if base is None else Shifted(base, f.shift, f.window, f.outside, f.origin)
+        case InWindow():
+            base = _move(ctx, op, f.base, opcode)
+            moved = None if base is None else InWindow(base, f.window, f.negated)
+        case Lookup():
+            base, value = _move(ctx, op, f.base, opcode), _move(ctx, op, f.value, opcode)
+            moved = None if base is None or value is None else Lookup(value, base, f.window, f.axes, f.origin)
+    return None if moved is None else (moved,)
+
+
+def _reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    """Reducing a mask over unit dims (the index vector dim) only drops them."""
+    x = facts[0]
+    if not isinstance(x, InWindow) or len(facts) != 2 or len(op.results) != 1:
+        return None
+    dims = tuple(op.attrs.get("dimensions", ()))  # type: ignore[arg-type]
+    local = x.base.layout.local_shape(x.base.term.type.shape, ctx.mesh)
+    if any(local[d] != 1 for d in dims):
+        return None
+    return _movement(ctx, op, (x,), "reshape")
+
+
+def _all_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    look = next((f for f in facts if isinstance(f, Lookup)), None)
+    if look is None:
+        return None
+    return tuple(ctx.fail(op, f"the lookup's rows from devices that do not hold them are summed: each device along "
+                          f"{_axes(look.axes)} must zero the rows of the indices outside its shard before the sum",
+                          evidence=True, origin=look.origin) for _ in op.results)
+
+
+RULES: dict[str, Rule] = {
+    "add": _shift,
+    "all_reduce": _all_reduce,
+    "and": _logic,
+    "broadcast_in_dim": _movement,
+    "clamp": _clamp,
+    "compare": _compare,
+    "copy": _movement,
+    "gather": _gather,
+    "maximum": _clip,
+    "minimum": _clip,
+    "not": _not,
+    "or": _logic,
+    "reduce": _reduce,
+    "reshape": _movement,
+    "select": _select,
+    "subtract": _shift,
+    "transpose": _movement,
+}

@@ -1,0 +1,132 @@
+"""Vocab-parallel lookups: what is proven with and without an input-range assumption, and that no
+mutant of a masked lookup is proven equivalent where the numeric oracle disagrees.
+
+A shard_map lookup (`ids - axis_index * v_local`, masked, psum) equals `table[ids]` only for ids in
+`[0, vocab)`: without `--assume` it must be `unknown` and say what to assume. GSPMD's partitioned gather
+clamps the index first, so it is proven with no assumption at all.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, Fixture, fixtures
+from mutations import KINDS, mutate, sites
+
+from scalify_hlo import numeric, parsers, ranges
+from scalify_hlo.engine import Options, verify
+from scalify_hlo.terms import Terms
+
+BY_NAME = {f.name: f for f in fixtures()}
+
+
+def run(name: str, **assume: tuple[int, int]) -> tuple[Fixture, str, str]:
+    fx = BY_NAME[name]
+    report = verify(fx.before, fx.after, Options(assume=assume))
+    return fx, report.name, report.render()
+
+
+@pytest.mark.parametrize("name,input_name", [("embed_vocab_shard_map", "ids"), ("xent_vocab_shard_map", "labels")])
+def test_shard_map_lookup_needs_the_assumption(name: str, input_name: str) -> None:
+    _, verdict, text = run(name)
+    assert verdict == "unknown", text
+    assert f"--assume {input_name}=0:32" in text, text
+    _, verdict, text = run(name, **{input_name: (0, 32)})
+    assert verdict == "equivalent", text
+    assert f"assuming: {input_name} in [0, 32)" in text, text
+
+
+def test_assumption_wider_than_the_table_is_not_proven() -> None:
+    # ids in [32, 40) would be clamped to row 31 by the reference and summed to 0 by the shards
+    _, verdict, text = run("embed_vocab_shard_map", ids=(0, 40))
+    assert verdict == "unknown", text
+    assert "[0, 40)" in text and "keep only [0, 32)" in text, text
+
+
+@pytest.mark.parametrize("name", ["embed_vocab_shard_map_no_mask", "embed_vocab_shard_map_wrong_offset"])
+def test_lookup_bugs_are_found_with_or_without_the_assumption(name: str) -> None:
+    for assume in ({}, {"ids": (0, 32)}):
+        fx, verdict, text = run(name, **assume)
+        assert verdict == "discrepancy", text
+        assert f"{fx.bug_site}:" in text, text
+
+
+@pytest.mark.parametrize("name", ["embed_vocab_shardy", "xent_vocab_shardy"])
+def test_partitioned_gather_is_proven_without_assumptions(name: str) -> None:
+    _, verdict, text = run(name)
+    assert verdict == "equivalent", text
+    assert "assuming" not in text
+
+
+def test_json_report_states_the_assumption() -> None:
+    fx = BY_NAME["embed_vocab_shard_map"]
+    data = verify(fx.before, fx.after, Options(assume={"ids": (0, 32)})).to_json()
+    assert data["verdict"] == "equivalent" and data["assumptions"] == {"ids": [0, 32]}
+
+
+def test_interval_decides_the_index_wrap() -> None:
+    """`where(ids < 0, ids + n, ids)` is `ids` once ids are known non-negative; not before."""
+    from scalify_hlo.ir import Literal, TensorType
+
+    t = TensorType((4,), "i32")
+    for assume, folded in (({}, False), ({"ids": (0, 31)}, True)):
+        terms = Terms(assume)
+        ids = terms.param(0, t, "ids")
+        zero = terms.constant(Literal(np.zeros(4, np.int32), "i32"), t)
+        neg = terms.apply("compare", (ids, zero), (("comparison_direction", "LT"),), TensorType((4,), "i1"))
+        n = terms.constant(Literal(np.full(4, 32, np.int32), "i32"), t)
+        wrapped = terms.apply("select", (neg, terms.apply("add", (ids, n), (), t), ids), (), t)
+        assert (wrapped is ids) == folded
+
+
+@pytest.mark.parametrize("direction,a,b,want", [
+    ("LT", (0, 3), (4, 9), True), ("LT", (4, 9), (0, 4), False), ("LT", (0, 5), (3, 4), None),
+    ("GE", (0, 3), (0, 0), True), ("LE", (0, 3), (3, 3), True), ("GT", (0, 3), (3, 9), False),
+    ("EQ", (2, 2), (2, 2), True), ("EQ", (0, 1), (2, 3), False), ("NE", (0, 1), (1, 2), None),
+])
+def test_decide(direction: str, a: tuple[int, int], b: tuple[int, int], want: bool | None) -> None:
+    assert ranges.decide(direction, a, b) is want
+
+
+@pytest.mark.parametrize("text", ["ids", "ids=3", "=0:3", "ids=a:b", "ids=4:4"])
+def test_parse_assumption_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        ranges.parse_assumption(text)
+
+
+POOL = ["embed_vocab_shard_map", "embed_vocab_shardy", "xent_vocab_shard_map", "xent_vocab_shardy"]
+
+
+def _mutants() -> list[tuple[str, str, int]]:
+    out = []
+    for name in POOL:
+        fx = BY_NAME[name]
+        after = parsers.load(fx.after)
+        for kind in KINDS:
+            out.extend((name, kind, i) for i in range(len(sites(after, kind))))
+    return out
+
+
+def test_no_false_equivalent_among_lookup_mutants() -> None:
+    """Every single-op mutation of the lookups' after programs (a few seeds each), verified under the
+    fixture's assumption: whatever is `equivalent` must agree with the oracle on in-range inputs."""
+    seen: dict[str, int] = {}
+    cases = _mutants()
+    for (name, kind, index), seed in itertools.product(cases, (0, 1)):
+        fx = BY_NAME[name]
+        before, after = parsers.load(fx.before), parsers.load(fx.after)
+        mutant = mutate(after, kind, index, np.random.default_rng(seed))
+        if mutant is None:
+            continue
+        report = verify(before, mutant.module, Options(assume=fx.assume))
+        seen[report.name] = seen.get(report.name, 0) + 1
+        if report.name != "equivalent":
+            continue
+        inputs = numeric.random_inputs(before, seed)
+        ref, out = numeric.run_pair(before, mutant.module, inputs)
+        cmp = numeric.compare(ref, out, rtol=2e-2, atol=2e-3)
+        assert cmp.ok, f"FALSE EQUIVALENT: {name} {mutant.describe()}: {cmp.reason}"
+    assert sum(seen.values()) >= 60 and seen.get("discrepancy", 0) > 0, seen
+    assert FIXTURES.exists()
