@@ -25,7 +25,7 @@ from .indexing import gather as gather_holds
 
 NEG, POS = -(1 << 62), 1 << 62
 _FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
-_MOVEMENT = ("broadcast_in_dim", "reshape", "transpose")
+_MASKED = (Shifted, InWindow, Lookup)
 
 Rule = Callable[[Ctx, Op, tuple[Fact, ...]], tuple[Fact, ...] | None]
 
@@ -33,7 +33,9 @@ Rule = Callable[[Ctx, Op, tuple[Fact, ...]], tuple[Fact, ...] | None]
 def applies(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> bool:
     """Whether this op is a step of a masked lookup: it reads one, or shifts or compares indices by a
     per-device amount (the first step)."""
-    if any(isinstance(f, Shifted | InWindow | Lookup) for f in facts):
+    if op.opcode not in RULES:
+        return False
+    if any(isinstance(f, _MASKED) for f in facts):
         return True
     if op.opcode not in ("add", "subtract", "compare") or len(facts) != 2:
         return False

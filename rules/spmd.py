@@ -99,6 +99,12 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     hs = [f for f in holds if isinstance(f, Holds)]
     if len(hs) != len(holds):
         return (ctx.unsupported(op, "operands that are not tensors"),)
+    out_t = op.result.tensor
+    if op.opcode == "select" and hs[0].term.type.rank == 0 < out_t.rank and not hs[0].layout.partial:
+        # A scalar predicate picks a whole operand: the same as its broadcast.
+        pred = ctx.terms.apply("broadcast_in_dim", (hs[0].term,), (("broadcast_dimensions", ()),),
+                               TensorType(out_t.shape, hs[0].term.type.dtype))
+        hs[0] = Holds(pred, Layout.replicated(out_t.rank))
     zero_like = [_is_zero(h.term) and not h.layout.partial for h in hs]
     partials = {h.layout.partial for h, z in zip(hs, zero_like, strict=True) if h.layout.partial and not z}
     origin = next((h.origin for h in hs if h.layout.partial), None)

@@ -16,6 +16,7 @@ import numpy as np
 
 from scalify_hlo.rules import masking
 
+from . import cases
 from .errors import ShardingError
 from .facts import Ctx, Fact, Failed, Holds, Varying, constant_term, view
 from .ir import Op, Region, TensorType, Value
@@ -57,6 +58,9 @@ class Deriver:
         # Varying a lifted constant term came from.
         self.varying_op: dict[int, Op] = {}
         self.lifted_from: dict[int, Varying] = {}
+        # Values inside a case-split shard_map body that differ per coordinate: the fact of the case that
+        # reaches the outputs, shown in diagnostics (never reasoned with).
+        self.case_views: dict[Value, Holds] = {}
         self.hooks: dict[str, Callable[[Deriver, Op, tuple[Fact, ...]], tuple[Fact, ...]]] = {
             "custom_call": _custom_call,
             "manual_computation": _manual,
@@ -291,6 +295,14 @@ def _manual(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
                          for _ in op.results)
         args.append(Holds(g.term, layout))
     results = d.region(op.regions[0], args)
+    if any(isinstance(f, Failed) and not f.evidence for f in results) and cases.worth_trying(op.regions[0]):
+        for axis, size in d.mesh.axes:
+            if 1 < size <= cases.CASE_LIMIT:
+                trial, merged = cases.derive_cases(d, op.regions[0], args, axis)
+                if not any(isinstance(f, Failed) and not f.evidence for f in trial):
+                    results = trial
+                    d.facts.update(merged)
+                    break
     out: list[Fact] = []
     for f, layout, res in zip(results, outs, op.results, strict=True):
         out.append(_leave_manual(d, op, d.lift(f), layout, res))

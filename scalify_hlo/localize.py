@@ -38,6 +38,8 @@ def _describe(f: Holds | None, p: Program) -> str | None:
 
 def _fact(d: Deriver, op: Op) -> Holds | None:
     f = d.facts.get(op.results[0]) if op.results else None
+    if not isinstance(f, Holds) and op.results:
+        f = d.case_views.get(op.results[0])
     return f if isinstance(f, Holds) else None
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import ranges
+from . import ranges, slicing
 from .ir import DotDims, Literal, TensorType
 from .ranges import Interval
 
@@ -138,6 +138,8 @@ class Terms:
                 return out
         if op in ELEMENTWISE and args:
             sunk = _sink_movement(self, op, args, attrs, type)
+            if sunk is None:
+                sunk = slicing.pull_elementwise(self, op, args, attrs, type)
             if sunk is not None:
                 return sunk
         if op in _UNIT and len(args) == 2:
@@ -268,7 +270,17 @@ def _identity(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Ten
 
 def _slice(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     (x,) = args
-    return x if x.type.shape == type.shape else None
+    if x.type.shape == type.shape:
+        return x
+    strides = tuple(a.get("strides") or (1,) * type.rank)
+    if x.op == "slice" and all(s == 1 for s in (*strides, *(x.attr("strides") or ()))):
+        # a slice of a slice is one slice (a block of a block of a pipeline's weights)
+        base = tuple(x.attr("start_indices"))
+        lo = tuple(b + s for b, s in zip(base, a["start_indices"], strict=True))
+        hi = tuple(b + s for b, s in zip(base, a["limit_indices"], strict=True))
+        attrs = (("limit_indices", hi), ("start_indices", lo), ("strides", strides))
+        return terms.apply("slice", x.args, attrs, type)
+    return None
 
 
 def _compare(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -448,11 +460,13 @@ _CANON = {
     "broadcast_in_dim": _broadcast,
     "clamp": _clamp,
     "compare": _compare,
+    "concatenate": slicing.join_slices,
     "constant": _constant,
     "convert": _convert,
     "copy": _identity,
     "divide": _divide,
     "dot": _dot,
+    "dot_general": slicing.pull_dot,
     "gather": ranges.fold_gather_clamp,
     "multiply": _multiply,
     "negate": _negate,

@@ -7,7 +7,7 @@ IR is immutable; values keep their identity, so untouched ops are shared).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -133,3 +133,26 @@ def _rebuild(region: Region, target: Op, new: Op | None, subst: dict[Value, Valu
 
 def as_func(module: Module) -> Func:
     return module.funcs[module.entry]
+
+
+def every_mutant_checked(before: Module, after: Module, verify: Callable[[Module, Module], str],
+                         seeds: tuple[int, ...] = (0, 1)) -> dict[str, int]:
+    """Every single-op mutation of `after` (each seed), verified; whatever is `equivalent` must agree with
+    the numeric oracle on random inputs. Returns how many mutants got each verdict."""
+    from scalify_hlo import numeric
+
+    seen: dict[str, int] = {}
+    for kind in KINDS:
+        for index in range(len(sites(after, kind))):
+            for seed in seeds:
+                mutant = mutate(after, kind, index, np.random.default_rng(seed))
+                if mutant is None:
+                    continue
+                verdict = verify(before, mutant.module)
+                seen[verdict] = seen.get(verdict, 0) + 1
+                if verdict != "equivalent":
+                    continue
+                ref, out = numeric.run_pair(before, mutant.module, numeric.random_inputs(before, seed))
+                cmp = numeric.compare(ref, out, rtol=2e-2, atol=2e-3)
+                assert cmp.ok, f"FALSE EQUIVALENT: {mutant.describe()}: {cmp.reason}"
+    return seen

@@ -21,8 +21,6 @@ LIMITS = {
     **dict.fromkeys(["moe_all_to_all_shard_map", "moe_all_to_all_shard_map_no_combine",
                      "moe_all_to_all_shard_map_combine_axes_swapped"],
                     "MoE routing: a cumsum over each device's own tokens (a per-shard scan, not modelled)"),
-    **dict.fromkeys(["pipeline_ppermute_shard_map", "pipeline_ppermute_shard_map_wrong_pairs"],
-                    "pipeline stages: values chosen per device (where(stage == 0, ...)) and partial permutes"),
 }
 
 

@@ -1,0 +1,234 @@
+"""Case analysis over a mesh axis: a shard_map body derived once per coordinate along the axis.
+
+Pipeline stages (`where(axis_index("pp") == 0, x, received)`) make values that differ between the
+coordinates of an axis in ways no layout describes. Derived with partition-id pinned to coordinate `i`
+along the axis (every device computes as if it sat at `i`: exact for the devices that do), each case is
+an ordinary derivation whose facts hold on the devices at coordinate `i`. Collectives that stay inside one
+coordinate run as usual in each case; those along the axis combine the cases: an all-reduce reduces the
+cases' terms, a collective-permute hands case `i`'s fact to case `j` for each pair `i → j` (zeros where
+nobody sends). A result is a fact when every case agrees on it.
+
+This is the fallback for bodies the one-pass derivation leaves `unknown`; its cost is one derivation of
+the body per coordinate, so it is tried only along axes of at most `CASE_LIMIT` devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .facts import Fact, Failed, Holds, Varying
+from .ir import Literal, Op, Region, TensorType, Value, walk
+from .mesh import Layout, Mesh, Reducer
+from .terms import Term
+
+if TYPE_CHECKING:
+    from .derive import Deriver
+
+CASE_LIMIT = 16
+Hook = Callable[["Deriver", Op, tuple[Fact, ...]], tuple[Fact, ...]]
+Combine = Callable[[list["Deriver"], Op, str], list[tuple[Fact, ...]]]
+_ALONG = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
+
+
+def worth_trying(region: Region) -> bool:
+    return any(op.opcode == "partition_id" for op in walk(region.ops))
+
+
+def derive_cases(d: Deriver, region: Region, args: Sequence[Fact], axis: str
+                 ) -> tuple[tuple[Fact, ...], dict[Value, Fact]]:
+    """The body's results, derived case by case along `axis` (see the module docstring), and the merged
+    fact of every value inside it."""
+    from .derive import Deriver
+
+    n = d.mesh.axis_size(axis)
+    cases: list[Deriver] = []
+    for i in range(n):
+        sub = Deriver(d.terms, d.mesh, resync=d.resync, known=d.ctx.known)
+        sub.hooks = {**d.hooks, "partition_id": _pinned_partition_id(d.mesh, axis, i)}
+        sub.facts = dict(d.facts)
+        for v, f in zip(region.args, args, strict=True):
+            sub.facts[v] = _pinned(sub, f, axis, i)
+        cases.append(sub)
+    for op in region.ops:
+        along = _along(cases[0], op, axis)
+        if along is None:
+            for sub in cases:
+                sub.op(op)
+            continue
+        for sub, out in zip(cases, along(cases, op, axis), strict=True):
+            for v, f in zip(op.results, out, strict=True):
+                sub.facts[v] = f
+    merged = {v: _merge(d, [sub.facts[v] for sub in cases], op, axis) for op in region.ops for v in op.results}
+    results = tuple(_merge(d, [sub.facts[v] for sub in cases], None, axis) for v in region.results)
+    # For localisation only: where the cases differ, the value of the last case whose value reaches an
+    # output (a pipeline's outputs come from its last stage).
+    reach: set[int] = set()
+    for sub in cases:
+        for v in region.results:
+            if isinstance(f := sub.facts[v], Holds):
+                for _ in f.term.walk(reach):
+                    pass
+    for op in region.ops:
+        for v in op.results:
+            if not isinstance(merged[v], Holds):
+                shown = [f for sub in cases if isinstance(f := sub.facts[v], Holds) and f.term.id in reach]
+                if shown:
+                    d.case_views[v] = shown[-1]
+    return results, merged
+
+
+def _pinned(d: Deriver, f: Fact, axis: str, i: int) -> Fact:
+    """`f` on the devices at coordinate `i` along `axis`: a value split over the axis is its block `i`
+    there, a whole value of its own (so that nothing in the case is split or partial over the axis)."""
+    if not isinstance(f, Holds) or axis not in f.layout.split_axes():
+        return f
+    dim = next(k for k, axes in enumerate(f.layout.dims) if axis in axes)
+    axes = f.layout.dims[dim]
+    if axes[0] != axis:
+        return Failed(f"an input split over \"{axis}\" together with more major axes", None, False)
+    n = d.mesh.axis_size(axis)
+    rows = f.term.type.shape[dim] // n
+    shape = tuple(rows if k == dim else m for k, m in enumerate(f.term.type.shape))
+    lo = tuple(i * rows if k == dim else 0 for k in range(len(shape)))
+    hi = tuple(a + m for a, m in zip(lo, shape, strict=True))
+    attrs = (("limit_indices", hi), ("start_indices", lo), ("strides", (1,) * len(shape)))
+    block = d.terms.apply("slice", (f.term,), attrs, TensorType(shape, f.term.type.dtype))
+    dims = tuple(a[1:] if k == dim else a for k, a in enumerate(f.layout.dims))
+    return Holds(block, Layout(dims, f.layout.partial), f.origin)
+
+
+def _pinned_partition_id(mesh: Mesh, axis: str, i: int) -> Hook:
+    grid = mesh.device_array()
+    k = mesh.axis_index(axis)
+    pinned = np.broadcast_to(np.take(grid, [i], axis=k), grid.shape)
+    ids = np.zeros(mesh.size, dtype=np.uint32)
+    ids[grid.reshape(-1)] = pinned.reshape(-1)
+
+    def partition_id(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+        return (Varying(ids, op.result.tensor),)
+
+    return partition_id
+
+
+def _merge(d: Deriver, facts: list[Fact], op: Op | None, axis: str) -> Fact:
+    """One fact for all coordinates, if the cases agree (or are device-varying values: then exact)."""
+    first = facts[0]
+    failed = [f for f in facts if isinstance(f, Failed)]
+    if failed:
+        return next((f for f in failed if f.evidence), failed[0])
+    if all(isinstance(f, Holds) and isinstance(first, Holds) and f.term is first.term and f.layout == first.layout
+           for f in facts):
+        return first
+    if all(isinstance(f, Varying) for f in facts):
+        grid = d.mesh.device_array()
+        k = d.mesh.axis_index(axis)
+        values = np.array(facts[0].values)  # type: ignore[union-attr]
+        for i, f in enumerate(facts):
+            rows = np.take(grid, [i], axis=k).reshape(-1)
+            values[rows] = f.values[rows]  # type: ignore[union-attr]
+        return Varying(values, facts[0].type)  # type: ignore[union-attr]
+    return Failed(f"a value that differs between the coordinates along \"{axis}\" in a way no layout describes",
+                  op, False)
+
+
+def _along(sub: Deriver, op: Op, axis: str) -> Combine | None:
+    """The combining rule when `op` is a collective along `axis`, else None (each case runs it)."""
+    if op.opcode not in _ALONG or ("channel_handle" not in op.attrs and op.opcode != "collective_permute"):
+        return None
+    if op.opcode == "collective_permute":
+        pairs = op.attrs.get("source_target_pairs")
+        if not isinstance(pairs, Literal):
+            return None
+        p = np.asarray(pairs.array, dtype=np.int64).reshape(-1, 2)
+        src, dst = sub.mesh.coords(p[:, 0]), sub.mesh.coords(p[:, 1])
+        k = sub.mesh.axis_index(axis)
+        return None if np.array_equal(src[:, k], dst[:, k]) else _permute
+    from scalify_hlo.rules.collectives import _groups_axes
+
+    axes = _groups_axes(sub.ctx, op)
+    if isinstance(axes, Failed) or axis not in axes:
+        return None
+    return _all_reduce if op.opcode == "all_reduce" else _unsupported
+
+
+def _unsupported(cases: list[Deriver], op: Op, axis: str) -> list[tuple[Fact, ...]]:
+    return [tuple(c.ctx.unsupported(op, f"this collective along the case axis \"{axis}\"") for _ in op.results)
+            for c in cases]
+
+
+def _all_reduce(cases: list[Deriver], op: Op, axis: str) -> list[tuple[Fact, ...]]:
+    from scalify_hlo.rules.collectives import _all_reduce_one, _groups_axes
+    from scalify_hlo.rules.spmd import reducer_of
+
+    reducer = reducer_of(op.regions[0]) if op.regions else None
+    axes = _groups_axes(cases[0].ctx, op)
+    if reducer is None or isinstance(axes, Failed):
+        return _unsupported(cases, op, axis)
+    rest = tuple(a for a in axes if a != axis)
+    out: list[list[Fact]] = [[] for _ in cases]
+    for v in op.operands:
+        facts = [c.lift(c.facts[v]) for c in cases]
+        first = facts[0]
+        if all(isinstance(f, Holds) and isinstance(first, Holds) and f.term is first.term and f.layout == first.layout
+               for f in facts):
+            for o, c, f in zip(out, cases, facts, strict=True):  # every coordinate holds the same: as usual
+                o.append(_all_reduce_one(c.ctx, op, f, axes, reducer))
+            continue
+        reduced = [_all_reduce_one(c.ctx, op, f, rest, reducer) for c, f in zip(cases, facts, strict=True)]
+        combined = _combine(cases[0], op, reduced, axis, reducer)
+        for o in out:
+            o.append(combined)
+    return [tuple(o) for o in out]
+
+
+def _combine(d: Deriver, op: Op, facts: list[Fact], axis: str, reducer: Reducer) -> Fact:
+    failed = next((f for f in facts if isinstance(f, Failed)), None)
+    if failed is not None:
+        return failed
+    holds = [f for f in facts if isinstance(f, Holds)]
+    layouts = {h.layout for h in holds}
+    if len(holds) != len(facts) or len(layouts) != 1:
+        return d.ctx.unsupported(op, f"an all-reduce along \"{axis}\" of values laid out differently per coordinate")
+    layout = next(iter(layouts))
+    if axis in layout.split_axes() | layout.partial_axes():
+        return d.ctx.unsupported(op, f"an all-reduce along \"{axis}\" of values split or partial over it")
+    name = {Reducer.SUM: "add", Reducer.MAX: "maximum", Reducer.MIN: "minimum", Reducer.PROD: "multiply",
+            Reducer.AND: "and", Reducer.OR: "or"}[reducer]
+    term: Term = holds[0].term
+    for h in holds[1:]:
+        term = d.terms.apply(name, (term, h.term), (), term.type)
+    return Holds(term, layout)
+
+
+def _permute(cases: list[Deriver], op: Op, axis: str) -> list[tuple[Fact, ...]]:
+    """Case j receives case i's value for every pair i → j along `axis` (the other coordinates kept)."""
+    mesh = cases[0].mesh
+    pairs = np.asarray(op.attrs["source_target_pairs"].array, dtype=np.int64).reshape(-1, 2)  # type: ignore[union-attr]
+    src, dst = mesh.coords(pairs[:, 0]), mesh.coords(pairs[:, 1])
+    k = mesh.axis_index(axis)
+    others = [j for j in range(len(mesh.axes)) if j != k]
+    source: dict[int, int] = {}
+    for s, t in zip(src, dst, strict=True):
+        if not np.array_equal(s[others], t[others]) or source.setdefault(int(t[k]), int(s[k])) != int(s[k]):
+            return _unsupported(cases, op, axis)
+    senders_per_target = len(pairs) // max(len(source), 1)
+    if senders_per_target * len(source) != len(pairs) or senders_per_target != mesh.size // mesh.axes[k][1]:
+        return _unsupported(cases, op, axis)  # not the same pairs at every combination of the other coordinates
+    (v,) = op.operands
+    out: list[tuple[Fact, ...]] = []
+    for j, c in enumerate(cases):
+        if j not in source:
+            # Zeros, as a leaf of their own: where they reach an output, the permute that sent nothing
+            # (not some other zeros) is where the programs part ways. Opaque to the prover, which is sound.
+            t = op.result.tensor
+            zeros = c.terms.mk("nothing_received", (), (("site", op.loc.name or str(id(op))),), t)
+            out.append((Holds(zeros, Layout.replicated(t.rank)),))
+            continue
+        f = cases[source[j]].lift(cases[source[j]].facts[v])
+        if isinstance(f, Holds) and axis in f.layout.split_axes() | f.layout.partial_axes():
+            f = c.ctx.unsupported(op, f"a permute along \"{axis}\" of a value split or partial over it")
+        out.append((f,))
+    return out
