@@ -22,6 +22,7 @@ from scalify_hlo.ir import GatherDims, Op, TensorType, Value
 from scalify_hlo.mesh import Layout, Reducer, match_axis_index
 
 from .indexing import gather as gather_holds
+from .spmd import reducer_of
 
 NEG, POS = -(1 << 62), 1 << 62
 _FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
@@ -422,6 +423,10 @@ def _reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | Non
     x = facts[0]
     if not isinstance(x, InWindow) or len(facts) != 2 or len(op.results) != 1:
         return None
+    reducer = reducer_of(op.regions[0]) if op.regions else None
+    init = _bool(ctx, facts[1])
+    if reducer not in (Reducer.AND, Reducer.OR) or init is not (reducer is Reducer.AND):
+        return None  # only with the identity as init is one element reduced the element itself
     dims = tuple(op.attrs.get("dimensions", ()))  # type: ignore[arg-type]
     local = x.base.layout.local_shape(x.base.term.type.shape, ctx.mesh)
     if any(local[d] != 1 for d in dims):

@@ -193,8 +193,8 @@ def _combine(d: Deriver, op: Op, facts: list[Fact], axis: str, reducer: Reducer)
     if len(holds) != len(facts) or len(layouts) != 1:
         return d.ctx.unsupported(op, f"an all-reduce along \"{axis}\" of values laid out differently per coordinate")
     layout = next(iter(layouts))
-    if axis in layout.split_axes() | layout.partial_axes():
-        return d.ctx.unsupported(op, f"an all-reduce along \"{axis}\" of values split or partial over it")
+    if axis in layout.split_axes() or layout.partial:
+        return d.ctx.unsupported(op, f"an all-reduce along \"{axis}\" of values split over it or still partial")
     name = {Reducer.SUM: "add", Reducer.MAX: "maximum", Reducer.MIN: "minimum", Reducer.PROD: "multiply",
             Reducer.AND: "and", Reducer.OR: "or"}[reducer]
     term: Term = holds[0].term

@@ -191,8 +191,8 @@ def fold_reduce_logic(terms: Terms, args: tuple[Term, ...], a: Mapping[str, Any]
         return None
     x, init = bool_value(args[0]), bool_value(args[1])
     identity = reducer == "and"
-    if x is None or init is not identity:
-        return None
+    if x is None or init is not identity or args[0].type.size == 0:
+        return None  # (reducing nothing gives the init, whatever the splat)
     return bool_splat(terms, x, type)
 
 
