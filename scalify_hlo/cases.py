@@ -37,10 +37,11 @@ def worth_trying(region: Region) -> bool:
     return any(op.opcode == "partition_id" for op in walk(region.ops))
 
 
-def derive_cases(d: Deriver, region: Region, args: Sequence[Fact], axis: str
+def derive_cases(d: Deriver, region: Region, args: Sequence[Fact], axis: str, declared: Sequence[Layout]
                  ) -> tuple[tuple[Fact, ...], dict[Value, Fact]]:
     """The body's results, derived case by case along `axis` (see the module docstring), and the merged
-    fact of every value inside it."""
+    fact of every value inside it. A result declared split over `axis` may differ per case: each case
+    holds its block."""
     from .derive import Deriver
 
     n = d.mesh.axis_size(axis)
@@ -62,7 +63,8 @@ def derive_cases(d: Deriver, region: Region, args: Sequence[Fact], axis: str
             for v, f in zip(op.results, out, strict=True):
                 sub.facts[v] = f
     merged = {v: _merge(d, [sub.facts[v] for sub in cases], op, axis) for op in region.ops for v in op.results}
-    results = tuple(_merge(d, [sub.facts[v] for sub in cases], None, axis) for v in region.results)
+    results = tuple(_merge(d, [sub.facts[v] for sub in cases], None, axis, want)
+                    for v, want in zip(region.results, declared, strict=True))
     # For localisation only: where the cases differ, the value of the last case whose value reaches an
     # output (a pipeline's outputs come from its last stage).
     reach: set[int] = set()
@@ -113,8 +115,9 @@ def _pinned_partition_id(mesh: Mesh, axis: str, i: int) -> Hook:
     return partition_id
 
 
-def _merge(d: Deriver, facts: list[Fact], op: Op | None, axis: str) -> Fact:
-    """One fact for all coordinates, if the cases agree (or are device-varying values: then exact)."""
+def _merge(d: Deriver, facts: list[Fact], op: Op | None, axis: str, declared: Layout | None = None) -> Fact:
+    """One fact for all coordinates: the cases agree; or they are device-varying values (then exact); or
+    the value is declared split over `axis` along a dim, and case `i` holds block `i` of it there."""
     first = facts[0]
     failed = [f for f in facts if isinstance(f, Failed)]
     if failed:
@@ -122,6 +125,8 @@ def _merge(d: Deriver, facts: list[Fact], op: Op | None, axis: str) -> Fact:
     if all(isinstance(f, Holds) and isinstance(first, Holds) and f.term is first.term and f.layout == first.layout
            for f in facts):
         return first
+    if declared is not None and (blocks := _blocks(d, facts, axis, declared)) is not None:
+        return blocks
     if all(isinstance(f, Varying) for f in facts):
         grid = d.mesh.device_array()
         k = d.mesh.axis_index(axis)
@@ -132,6 +137,26 @@ def _merge(d: Deriver, facts: list[Fact], op: Op | None, axis: str) -> Fact:
         return Varying(values, facts[0].type)  # type: ignore[union-attr]
     return Failed(f"a value that differs between the coordinates along \"{axis}\" in a way no layout describes",
                   op, False)
+
+
+def _blocks(d: Deriver, facts: list[Fact], axis: str, declared: Layout) -> Holds | None:
+    """Case `i` holds `t_i` under `L` (not over `axis`): together, `concat(t_0, ..., t_n-1)` along the dim
+    `declared` splits over `axis` (most major), under `L` with `axis` put in front on that dim."""
+    dim = next((k for k, axes in enumerate(declared.dims) if axes[:1] == (axis,)), None)
+    holds = [f for f in facts if isinstance(f, Holds)]
+    if dim is None or len(holds) != len(facts) or len({h.layout for h in holds}) != 1:
+        return None
+    layout = holds[0].layout
+    if axis in layout.split_axes() | layout.partial_axes() or layout.partial:
+        return None
+    if len({h.term.type for h in holds}) != 1:
+        return None
+    t = holds[0].term.type
+    shape = tuple(m * len(holds) if k == dim else m for k, m in enumerate(t.shape))
+    whole = d.terms.apply("concatenate", tuple(h.term for h in holds), (("dimension", dim),),
+                          TensorType(shape, t.dtype))
+    dims = tuple((axis, *a) if k == dim else a for k, a in enumerate(layout.dims))
+    return Holds(whole, Layout(dims))
 
 
 def _along(sub: Deriver, op: Op, axis: str) -> Combine | None:

@@ -298,7 +298,7 @@ def _manual(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     if any(isinstance(f, Failed) and not f.evidence for f in results) and cases.worth_trying(op.regions[0]):
         for axis, size in d.mesh.axes:
             if 1 < size <= cases.CASE_LIMIT:
-                trial, merged = cases.derive_cases(d, op.regions[0], args, axis)
+                trial, merged = cases.derive_cases(d, op.regions[0], args, axis, outs)
                 if not any(isinstance(f, Failed) and not f.evidence for f in trial):
                     results = trial
                     d.facts.update(merged)
