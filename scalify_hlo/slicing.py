@@ -33,7 +33,7 @@ def slice_of(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]) ->
 
 def pull_elementwise(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
     """op(x[s], y[s], splat) = op(x, y, splat)[s]."""
-    from .terms import _resplat, scalar_value
+    from .terms import peel, scalar_value
 
     sliced = [a for a in args if a.op == "slice" and scalar_value(a) is None]
     if not sliced or not all(_unit_strides(a) for a in sliced):
@@ -42,16 +42,10 @@ def pull_elementwise(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrK
     src = first.args[0].type.shape
     if any(a.attrs != first.attrs or a.args[0].type.shape != src for a in sliced):
         return None
-    inner: list[Term] = []
-    for a in args:
-        if a in sliced:
-            inner.append(a.args[0])
-            continue
-        splat = _resplat(terms, a, src)
-        if splat is None:
-            return None
-        inner.append(splat)
-    whole = terms.apply(op, tuple(inner), attrs, TensorType(src, type.dtype))
+    inner = peel(terms, args, sliced, src)
+    if inner is None:
+        return None
+    whole = terms.apply(op, inner, attrs, TensorType(src, type.dtype))
     lo, hi = _window(first)
     return slice_of(terms, whole, lo, hi)
 

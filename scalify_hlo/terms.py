@@ -312,17 +312,26 @@ def _sink_movement(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey
         return None
     if src.type.size >= type.size and first.op == "broadcast_in_dim":
         return None
+    inner = peel(terms, args, moved, src.type.shape)
+    if inner is None:
+        return None
+    small = terms.apply(op, inner, attrs, TensorType(src.type.shape, type.dtype))
+    return terms.apply(first.op, (small,), first.attrs, type)
+
+
+def peel(terms: Terms, args: tuple[Term, ...], wrapped: list[Term], shape: tuple[int, ...]) -> tuple[Term, ...] | None:
+    """The operands of an elementwise op with the wrapped ones unwrapped and the splats re-splatted at
+    `shape` (None if another operand is neither)."""
     inner: list[Term] = []
     for a in args:
-        if a in moved:
+        if a in wrapped:
             inner.append(a.args[0])
             continue
-        splat = _resplat(terms, a, src.type.shape)
+        splat = _resplat(terms, a, shape)
         if splat is None:
             return None
         inner.append(splat)
-    small = terms.apply(op, tuple(inner), attrs, TensorType(src.type.shape, type.dtype))
-    return terms.apply(first.op, (small,), first.attrs, type)
+    return tuple(inner)
 
 
 def _resplat(terms: Terms, a: Term, shape: tuple[int, ...]) -> Term | None:
