@@ -362,8 +362,9 @@ class _Prover:
             self.notes.append(f"output {j}: not proven, but equal on random inputs (a rule may be missing)")
             return None
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, diff, -1))), a.shape))
-        finite = np.where(np.isfinite(diff), diff, 0.0)
-        return Counterexample(j, idx, float(b[idx]), float(a[idx]), float(finite.max()))
+        # a NaN or inf where the reference is finite is an unbounded difference, not none
+        worst = float(np.max(np.where(np.isfinite(diff), diff, np.inf)[bad]))
+        return Counterexample(j, idx, float(b[idx]), float(a[idx]), worst)
 
 
 def _stacked_random(p: Program, devices: int, rng: np.random.Generator) -> list[np.ndarray]:

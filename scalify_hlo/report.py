@@ -9,6 +9,7 @@ raised before any verdict exists).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias, assert_never
@@ -81,8 +82,8 @@ class Finding:
             out["found"] = self.found
         if self.counterexample:
             c = self.counterexample
-            out["counterexample"] = {"output": c.output, "index": list(c.index), "before": c.before,
-                                     "after": c.after, "max_abs_error": c.max_abs_error}
+            out["counterexample"] = {"output": c.output, "index": list(c.index), "before": _number(c.before),
+                                     "after": _number(c.after), "max_abs_error": _number(c.max_abs_error)}
         return out
 
 
@@ -185,6 +186,11 @@ class Report:
         stats = ", ".join(f"{k} {v}" for k, v in self.stats.items() if k in ("seconds", "ops", "egraph_calls"))
         lines.append(f"verdict: {self.name} — {self.verdict.reason}" + (f" ({stats})" if stats else ""))
         return "\n".join(lines)
+
+
+def _number(x: float) -> float | str:
+    """A float for JSON, which has no NaN or infinities: those as the strings "nan", "inf", "-inf"."""
+    return x if math.isfinite(x) else str(x)
 
 
 def _render_finding(f: Finding, report: Report, root: Path | None) -> list[str]:

@@ -67,3 +67,18 @@ def test_show_prints_mesh_and_layouts() -> None:
     assert 'input 1 (w1): tensor<16x32xf32> [{}, {"tp"}]' in proc.stdout
     proc = run_cli("show", FIXTURES / "llama_block_shardy" / "after.hlo")
     assert "spmd program" in proc.stdout and "all_reduce over" in proc.stdout
+
+
+def test_json_report_is_strict_json_when_a_counterexample_is_nan() -> None:
+    """A NaN/inf in a counterexample (a pass that produces NaN) must not make the JSON unparsable."""
+    from scalify_hlo.report import Counterexample, Discrepancy, Finding, Report
+
+    cex = Counterexample(0, (0, 1), 30.9, float("nan"), float("inf"))
+    report = Report(Discrepancy((Finding("differs", counterexample=cex),)), "b.mlir", "a.hlo")
+
+    def strict(name: str) -> None:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    data = json.loads(report.dumps(), parse_constant=strict)
+    assert data["discrepancies"][0]["counterexample"]["after"] == "nan"
+    assert data["discrepancies"][0]["counterexample"]["max_abs_error"] == "inf"
