@@ -51,20 +51,28 @@ def transfer(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | No
 
 # -- reading operands ---------------------------------------------------------------------------------------
 
-def _scalar(ctx: Ctx, f: Fact) -> np.ndarray | None:
-    """An integer that may differ between devices but not between elements: one value per device."""
+def _per_device(ctx: Ctx, f: Fact) -> np.ndarray | None:
+    """The value on each device of a tensor that holds one value per device (the same in every element)."""
     if isinstance(f, Varying):
-        if not f.type.dtype.startswith(("i", "ui")) or f.type.dtype == "i1":
-            return None
         rows = np.asarray(f.values).reshape(f.values.shape[0], -1)
-        if rows.shape[1] == 0 or not np.all(rows == rows[:, :1]):
-            return None
-        return rows[:, 0].astype(np.int64)
-    if isinstance(f, Holds) and not f.layout.partial and f.term.type.dtype.startswith(("i", "ui")):
+        return rows[:, 0] if rows.shape[1] and np.all(rows == rows[:, :1]) else None
+    if isinstance(f, Holds) and not f.layout.partial:
         folded = ctx.fold(f.term)
         if folded is not None and folded.size and np.all(folded == folded.reshape(-1)[0]):
-            return np.full(ctx.mesh.size, int(folded.reshape(-1)[0]), dtype=np.int64)
+            return np.full(ctx.mesh.size, folded.reshape(-1)[0])
     return None
+
+
+def _dtype(f: Fact) -> str:
+    return f.type.dtype if isinstance(f, Varying) else f.term.type.dtype if isinstance(f, Holds) else ""
+
+
+def _scalar(ctx: Ctx, f: Fact) -> np.ndarray | None:
+    """An integer that may differ between devices but not between elements: one value per device."""
+    if not _dtype(f).startswith(("i", "ui")) or _dtype(f) == "i1":
+        return None
+    values = _per_device(ctx, f)
+    return None if values is None else values.astype(np.int64)
 
 
 def _index(ctx: Ctx, f: Fact) -> Holds | None:
@@ -77,13 +85,10 @@ def _index(ctx: Ctx, f: Fact) -> Holds | None:
 
 def _bool(ctx: Ctx, f: Fact) -> bool | None:
     """The value of a boolean that is the same everywhere."""
-    if isinstance(f, Holds) and not f.layout.partial and f.term.type.dtype == "i1":
-        folded = ctx.fold(f.term)
-        if folded is not None and folded.size and np.all(folded == folded.reshape(-1)[0]):
-            return bool(folded.reshape(-1)[0])
-    if isinstance(f, Varying) and f.type.dtype == "i1" and np.all(f.values == f.values.reshape(-1)[0]):
-        return bool(f.values.reshape(-1)[0])
-    return None
+    values = _per_device(ctx, f) if _dtype(f) == "i1" else None
+    if values is None or not np.all(values == values[0]):
+        return None
+    return bool(values[0])
 
 
 def _same_base(a: Holds, b: Holds) -> bool:
@@ -92,7 +97,7 @@ def _same_base(a: Holds, b: Holds) -> bool:
 
 def _constant(ctx: Ctx, op: Op, value: bool) -> Holds:
     t = op.result.tensor
-    return Holds(ranges.bool_splat(ctx.terms, value, t), Layout.replicated(t.rank))
+    return Holds(ctx.terms.splat(float(value), t), Layout.replicated(t.rank))
 
 
 def _mask(ctx: Ctx, op: Op, base: Holds, window: Window, negated: bool = False) -> Fact:

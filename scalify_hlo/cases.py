@@ -22,6 +22,7 @@ import numpy as np
 from .facts import Fact, Failed, Holds, Varying
 from .ir import Literal, Op, Region, TensorType, Value, walk
 from .mesh import Layout, Mesh, Reducer
+from .slicing import slice_of
 from .terms import Term
 
 if TYPE_CHECKING:
@@ -91,13 +92,11 @@ def _pinned(d: Deriver, f: Fact, axis: str, i: int) -> Fact:
     axes = f.layout.dims[dim]
     if axes[0] != axis:
         return Failed(f"an input split over \"{axis}\" together with more major axes", None, False)
-    n = d.mesh.axis_size(axis)
-    rows = f.term.type.shape[dim] // n
-    shape = tuple(rows if k == dim else m for k, m in enumerate(f.term.type.shape))
+    shape = f.term.type.shape
+    rows = shape[dim] // d.mesh.axis_size(axis)
     lo = tuple(i * rows if k == dim else 0 for k in range(len(shape)))
-    hi = tuple(a + m for a, m in zip(lo, shape, strict=True))
-    attrs = (("limit_indices", hi), ("start_indices", lo), ("strides", (1,) * len(shape)))
-    block = d.terms.apply("slice", (f.term,), attrs, TensorType(shape, f.term.type.dtype))
+    hi = tuple((i + 1) * rows if k == dim else m for k, m in enumerate(shape))
+    block = slice_of(d.terms, f.term, lo, hi)
     dims = tuple(a[1:] if k == dim else a for k, a in enumerate(f.layout.dims))
     return Holds(block, Layout(dims, f.layout.partial), f.origin)
 
@@ -122,8 +121,7 @@ def _merge(d: Deriver, facts: list[Fact], op: Op | None, axis: str, declared: La
     failed = [f for f in facts if isinstance(f, Failed)]
     if failed:
         return next((f for f in failed if f.evidence), failed[0])
-    if all(isinstance(f, Holds) and isinstance(first, Holds) and f.term is first.term and f.layout == first.layout
-           for f in facts):
+    if _agree(facts) is not None:
         return first
     if declared is not None and (blocks := _blocks(d, facts, axis, declared)) is not None:
         return blocks
@@ -137,6 +135,15 @@ def _merge(d: Deriver, facts: list[Fact], op: Op | None, axis: str, declared: La
         return Varying(values, facts[0].type)  # type: ignore[union-attr]
     return Failed(f"a value that differs between the coordinates along \"{axis}\" in a way no layout describes",
                   op, False)
+
+
+def _agree(facts: list[Fact]) -> Holds | None:
+    """The fact every case holds, when they all hold the same term under the same layout."""
+    first = facts[0]
+    if isinstance(first, Holds) and all(isinstance(f, Holds) and f.term is first.term and f.layout == first.layout
+                                        for f in facts):
+        return first
+    return None
 
 
 def _blocks(d: Deriver, facts: list[Fact], axis: str, declared: Layout) -> Holds | None:
@@ -196,9 +203,7 @@ def _all_reduce(cases: list[Deriver], op: Op, axis: str) -> list[tuple[Fact, ...
     out: list[list[Fact]] = [[] for _ in cases]
     for v in op.operands:
         facts = [c.lift(c.facts[v]) for c in cases]
-        first = facts[0]
-        if all(isinstance(f, Holds) and isinstance(first, Holds) and f.term is first.term and f.layout == first.layout
-               for f in facts):
+        if _agree(facts) is not None:
             for o, c, f in zip(out, cases, facts, strict=True):  # every coordinate holds the same: as usual
                 o.append(_all_reduce_one(c.ctx, op, f, axes, reducer))
             continue

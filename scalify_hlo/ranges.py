@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from .ir import Literal, TensorType
 
 if TYPE_CHECKING:
@@ -137,10 +135,6 @@ def decide(direction: str, a: Interval, b: Interval) -> bool | None:
     return True if yes else False if no else None
 
 
-def bool_splat(terms: Terms, value: bool, type: TensorType) -> Term:
-    return terms.constant(Literal(np.full(type.shape, value, dtype=bool), type.dtype), type)
-
-
 def bool_value(t: Term) -> bool | None:
     """The value of a splat boolean constant."""
     from .terms import scalar_value
@@ -156,7 +150,7 @@ def fold_compare(terms: Terms, args: tuple[Term, ...], direction: str, type: Ten
     if a is None or b is None:
         return None
     decided = decide(direction, a, b)
-    return None if decided is None else bool_splat(terms, decided, type)
+    return None if decided is None else terms.splat(float(decided), type)
 
 
 def fold_clamp(terms: Terms, args: tuple[Term, ...], type: TensorType) -> Term | None:
@@ -178,7 +172,7 @@ def fold_logic(terms: Terms, op: str, args: tuple[Term, ...], type: TensorType) 
         if v is None:
             continue
         if v == absorbing:
-            return bool_splat(terms, v, type)
+            return terms.splat(float(v), type)
         if other.type == type:
             return other
     return None
@@ -193,7 +187,7 @@ def fold_reduce_logic(terms: Terms, args: tuple[Term, ...], a: Mapping[str, Any]
     identity = reducer == "and"
     if x is None or init is not identity or args[0].type.size == 0:
         return None  # (reducing nothing gives the init, whatever the splat)
-    return bool_splat(terms, x, type)
+    return terms.splat(float(x), type)
 
 
 def strip_index_clamp(terms: Terms, t: Term, hi: int) -> Term | None:

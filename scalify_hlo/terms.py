@@ -129,6 +129,11 @@ class Terms:
             holder = np.dtype("float64")
         return self.constant(Literal(np.array(value, dtype=holder), dtype), TensorType((), dtype))
 
+    def splat(self, value: float, type: TensorType) -> Term:
+        """`value` everywhere in a tensor of `type` (its scalar, broadcast)."""
+        s = self.scalar(value, type.dtype)
+        return self.apply("broadcast_in_dim", (s,), (("broadcast_dimensions", ()),), type) if type.rank else s
+
     # -- canonicalising constructor -----------------------------------------------------------------
     def apply(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
         rule = _CANON.get(op)
@@ -217,7 +222,7 @@ def _negate(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tenso
     if not type.dtype.startswith(("f", "bf")):
         return None
     # -x is x · (-1): one form for the scalings XLA's simplifier moves around (exact).
-    return terms.apply("multiply", (x, _splat(terms, -1.0, type)), (), type)
+    return terms.apply("multiply", (x, terms.splat(-1.0, type)), (), type)
 
 
 def _convert(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -278,8 +283,7 @@ def _slice(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tensor
         base = tuple(x.attr("start_indices"))
         lo = tuple(b + s for b, s in zip(base, a["start_indices"], strict=True))
         hi = tuple(b + s for b, s in zip(base, a["limit_indices"], strict=True))
-        attrs = (("limit_indices", hi), ("start_indices", lo), ("strides", strides))
-        return terms.apply("slice", x.args, attrs, type)
+        return slicing.slice_of(terms, x.args[0], lo, hi)
     return None
 
 
@@ -409,11 +413,6 @@ def _exact(value: float, dtype: str) -> bool:
     return bool(float(np.array(value).astype(nd).astype(np.float64)) == value)
 
 
-def _splat(terms: Terms, value: float, type: TensorType) -> Term:
-    s = terms.scalar(value, type.dtype)
-    return terms.apply("broadcast_in_dim", (s,), (("broadcast_dimensions", ()),), type) if type.rank else s
-
-
 def _fold_scale(terms: Terms, op: str, args: tuple[Term, ...], type: TensorType) -> Term | None:
     """x/a/b → x/(a·b) and x·a·b → x·(a·b) when a·b is exact in the dtype; x·2⁻ᵏ → x/2ᵏ.
 
@@ -424,21 +423,21 @@ def _fold_scale(terms: Terms, op: str, args: tuple[Term, ...], type: TensorType)
     if cv is None or not type.dtype.startswith(("f", "bf")):
         return None
     if op == "multiply" and cv != 0 and abs(math.frexp(1.0 / cv)[0]) == 0.5 and abs(cv) < 1:
-        return terms.apply("divide", (x, _splat(terms, 1.0 / cv, type)), (), type)
+        return terms.apply("divide", (x, terms.splat(1.0 / cv, type)), (), type)
     if op == "divide" and x.op == "multiply" and cv != 0:
         inner, ic = x.args
         iv = scalar_value(ic)
         if iv is not None:  # (x · a) / b = x · (a / b) when a / b is exact
             ratio = Fraction(iv) / Fraction(cv)
             if _exact(float(ratio), type.dtype) and Fraction(float(ratio)) == ratio:
-                return terms.apply("multiply", (inner, _splat(terms, float(ratio), type)), (), type)
+                return terms.apply("multiply", (inner, terms.splat(float(ratio), type)), (), type)
     if x.op == op:
         inner, ic = x.args
         iv = scalar_value(ic)
         if iv is not None:
             exact = Fraction(iv) * Fraction(cv)
             if _exact(float(exact), type.dtype) and Fraction(float(exact)) == exact:
-                return terms.apply(op, (inner, _splat(terms, float(exact), type)), (), type)
+                return terms.apply(op, (inner, terms.splat(float(exact), type)), (), type)
     return None
 
 
