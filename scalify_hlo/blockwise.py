@@ -1,0 +1,669 @@
+"""Blockwise reductions in one normal form: a reduction done block by block and combined is the reduction
+over the concatenated blocks.
+
+Ring attention computes a softmax over keys no device holds together: per key block a row max, a sum of
+exponentials and a product with the value block, combined online (the running max grows, and what was
+summed against the old max is rescaled by exp(m_old - m_new)). Rewritten bottom up with identities that
+are exact over the reals for finite values, such a term becomes the reduction over the concatenated blocks:
+
+- max(max_k a, max_k b) = max_k concat(a, b);  max(x, -inf) = x;  max(x, finfo.min) = x (x finite)
+- Σ_k a + Σ_k b = Σ_k concat(a, b);  dot(x1, y1) + dot(x2, y2) = dot(concat(x1, x2), concat(y1, y2)) along
+  the contraction;  sums and differences as signed multisets (a - m + m - m' = a - m')
+- (Σ_k a)·z = Σ_k a·z;  dot(x, y)·z = dot(x·z, y) when z varies only along x's kept dims;  0·x = 0 when x
+  cannot overflow (a finite constant, or exp(c - y) with c the lowest finite value: the first rescaling)
+- exp(a)·exp(b) = exp(a + b);  dot(a / z, y) = dot(a, y) / z when z is constant along the contraction
+- blocks of one masked tensor, side by side, are the tensor:
+  concat(select(c, x[w1], f), x[w2], f) = select(concat(c, true), x[w1 ∪ w2], f)
+
+Under a commutative reduction blocks may be put in any order; they are sorted by where they come from
+(the offset of the slice they read), which puts a ring's rotated blocks back in sequence.
+
+This is a fallback for outputs the ordinary proof leaves open: `equal` normalises both sides (the reference
+block by block when the after program returns blocks, see `push_slice`) and compares them. It never makes
+two different values equal; when it cannot decide it says not proven.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .ir import DotDims, Literal, TensorType
+from .slicing import slice_of
+from .terms import ELEMENTWISE, AttrKey, Term, Terms, scalar_value
+
+FOLD_LIMIT = 1 << 16  # elements: constant-only terms up to this size are folded to their values
+FUEL = 200_000  # rewrites per comparison, then the answer is "not proven"
+_LEAVES = frozenset({"param", "var", "nothing_received"})
+_LOWEST = {"f16": float(np.finfo(np.float16).min), "bf16": -3.3895313892515355e38,
+           "f32": float(np.finfo(np.float32).min), "f64": float(np.finfo(np.float64).min)}
+
+
+class _OutOfFuel(Exception):
+    pass
+
+
+def equal(terms: Terms, after: Term, before: Term) -> bool:
+    """Whether the two terms are equal by the identities above. `after` may be the blocks of `before`
+    concatenated (one per coordinate of a case split): each block is compared with that block of `before`."""
+    norm = Normaliser(terms)
+    try:
+        if after.op == "concatenate" and before.op != "concatenate" and after.type == before.type:
+            d = int(after.attr("dimension"))
+            start = 0
+            for piece in after.args:
+                m = piece.type.shape[d]
+                lo = tuple(start if k == d else 0 for k in range(after.type.rank))
+                hi = tuple(start + m if k == d else n for k, n in enumerate(after.type.shape))
+                if norm(piece) is not norm(push_slice(terms, before, lo, hi)):
+                    return False
+                start += m
+            return True
+        return norm(after) is norm(before)
+    except (_OutOfFuel, RecursionError):
+        return False
+    except (ValueError, IndexError, KeyError, TypeError):
+        # A shape this module does not expect: not proven (never a wrong "equal").
+        return False
+
+
+# -- slices pushed inward -------------------------------------------------------------------------------
+
+def push_slice(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...],
+               memo: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Term] | None = None) -> Term:
+    """`t[lo:hi]`, with the slice moved into `t` through ops for which the sliced dims are batch dims
+    (elementwise ops, broadcasts, transposes, the kept dims of reductions, the free and batch dims of
+    dot_general) and folded into constants. Exact."""
+    memo = {} if memo is None else memo
+    key = (t.id, lo, hi)
+    if key in memo:
+        return memo[key]
+    out = _push(terms, t, lo, hi, memo)
+    memo[key] = out
+    return out
+
+
+def _push(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...],
+          memo: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Term]) -> Term:
+    shape = t.type.shape
+    if lo == (0,) * len(shape) and hi == shape:
+        return t
+    out_type = TensorType(tuple(b - a for a, b in zip(lo, hi, strict=True)), t.type.dtype)
+    if t.type.size <= FOLD_LIMIT and (value := constant_value(t)) is not None:
+        return terms.constant(Literal(np.ascontiguousarray(value[tuple(map(slice, lo, hi))]), t.type.dtype), out_type)
+    op = t.op
+    if op == "slice" and all(s == 1 for s in (t.attr("strides") or ())):
+        base = tuple(t.attr("start_indices"))
+        return push_slice(terms, t.args[0], tuple(b + a for b, a in zip(base, lo, strict=True)),
+                          tuple(b + a for b, a in zip(base, hi, strict=True)), memo)
+    if op == "broadcast_in_dim":
+        (x,) = t.args
+        dims = tuple(t.attr("broadcast_dimensions"))
+        where = {j: d for j, d in enumerate(dims) if x.type.shape[j] == t.type.shape[d]}  # stretched unit dims: whole
+        return terms.apply(op, (push_slice(terms, x, *_operand_window(x, where, lo, hi), memo),), t.attrs, out_type)
+    if op == "transpose":
+        x = t.args[0]
+        where = {p: i for i, p in enumerate(t.attr("permutation"))}
+        return terms.apply(op, (push_slice(terms, x, *_operand_window(x, where, lo, hi), memo),), t.attrs, out_type)
+    if op in ELEMENTWISE and all(a.type.shape == shape for a in t.args):
+        args = tuple(push_slice(terms, a, lo, hi, memo) for a in t.args)
+        return terms.apply(op, args, t.attrs, out_type)
+    if op == "reduce" and len(t.args) == 2:
+        x, init = t.args
+        reduced = set(t.attr("dimensions"))
+        where = {j: i for i, j in enumerate(j for j in range(x.type.rank) if j not in reduced)}
+        inner = push_slice(terms, x, *_operand_window(x, where, lo, hi), memo)
+        return terms.apply(op, (inner, init), t.attrs, out_type)
+    dims = t.attr("dot_dimension_numbers")
+    if op == "dot_general" and isinstance(dims, DotDims):
+        # the result is [batch, lhs free, rhs free]
+        sides = []
+        first = len(dims.lhs_batch)
+        for x, batch, contract in ((t.args[0], dims.lhs_batch, dims.lhs_contract),
+                                   (t.args[1], dims.rhs_batch, dims.rhs_contract)):
+            free = [j for j in range(x.type.rank) if j not in (*batch, *contract)]
+            where = {j: i for i, j in enumerate(batch)} | {j: first + i for i, j in enumerate(free)}
+            sides.append(push_slice(terms, x, *_operand_window(x, where, lo, hi), memo))
+            first += len(free)
+        return terms.apply(op, (sides[0], sides[1]), t.attrs, out_type)
+    return slice_of(terms, t, lo, hi)
+
+
+def _operand_window(x: Term, where: dict[int, int], lo: tuple[int, ...], hi: tuple[int, ...]
+                    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The window of operand `x` that a result window needs: operand dim `j` cut like result dim
+    `where[j]`, the others whole."""
+    xlo = tuple(lo[where[j]] if j in where else 0 for j in range(x.type.rank))
+    xhi = tuple(hi[where[j]] if j in where else n for j, n in enumerate(x.type.shape))
+    return xlo, xhi
+
+
+def constant_value(t: Term) -> np.ndarray | None:
+    """The value of a term built from constants and iotas only (None if it reads anything else)."""
+    from .termeval import evaluate_constant
+
+    if any(s.op in _LEAVES for s in t.walk()):
+        return None
+    return evaluate_constant(t)
+
+
+# -- the normaliser ------------------------------------------------------------------------------------
+
+Rule = Callable[[tuple[Term, ...], AttrKey, TensorType], "Term | None"]
+
+
+class Normaliser:
+    """Rewrites terms bottom up to the normal form of the module docstring (memoised per term)."""
+
+    def __init__(self, terms: Terms) -> None:
+        self.terms = terms
+        self.memo: dict[int, Term] = {}
+        self.fuel = FUEL
+        self._params: dict[int, tuple[int, ...]] = {}
+        self.rules: dict[str, Rule] = {
+            "add": self._linear_rule("add"),
+            "concatenate": self._concatenate,
+            "dot_general": self._dot_general,
+            "maximum": self._maximum,
+            "multiply": self._multiply,
+            "subtract": self._linear_rule("subtract"),
+        }
+
+    def __call__(self, t: Term) -> Term:
+        hit = self.memo.get(t.id)
+        if hit is not None:
+            return hit
+        self.fuel -= 1
+        if self.fuel < 0:
+            raise _OutOfFuel
+        r = t
+        if t.args:
+            args = tuple(self(a) for a in t.args)
+            r = self.rewrite(t.op, args, t.attrs, t.type)
+            if r is not t and r.id not in self.memo:
+                r = self(r)
+        self.memo[t.id] = r
+        self.memo[r.id] = r
+        return r
+
+    def make(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
+        return self(self.terms.apply(op, args, attrs, type))
+
+    def rewrite(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
+        if op not in ("constant", "reduce") and type.size <= FOLD_LIMIT and all(_is_constant(a) for a in args):
+            t = self.terms.apply(op, args, attrs, type)
+            value = constant_value(t)
+            if value is not None:
+                return self.terms.constant(Literal(np.ascontiguousarray(value), type.dtype), type)
+        rule = self.rules.get(op)
+        if rule is not None and (out := rule(args, attrs, type)) is not None:
+            return out
+        if op in ELEMENTWISE and (out := self._sink_transpose(op, args, attrs, type)) is not None:
+            return out
+        return self.terms.apply(op, args, attrs, type)
+
+    # -- maximum -------------------------------------------------------------------------------------
+    def _maximum(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        atoms: list[Term] = []
+        for a in args:
+            atoms.extend(_flatten(a, "maximum"))
+        if type.dtype in _LOWEST:
+            # At or below the lowest finite value, a constant is the identity of max over finite values.
+            low = [a for a in atoms if (c := scalar_value(a)) is not None and c <= _LOWEST[type.dtype]]
+            if low and len(low) < len(atoms):
+                atoms = [a for a in atoms if a not in low]
+        merged = self._merge_reductions(atoms, "max")
+        if merged is None and len(atoms) == len(_flatten_all(args, "maximum")):
+            return None
+        atoms = merged if merged is not None else atoms
+        unique = sorted({a.id: a for a in atoms}.values(), key=lambda a: a.id)
+        out = unique[0]
+        for a in unique[1:]:
+            out = self.terms.apply("maximum", (out, a), (), type)
+        return out
+
+    def _merge_reductions(self, atoms: list[Term], reducer: str) -> list[Term] | None:
+        """Reductions over one dim of same-shaped operands, merged into one reduction of their
+        concatenation (blocks sorted by origin); None if there is nothing to merge."""
+        groups: dict[tuple[Any, ...], list[Term]] = {}
+        for a in atoms:
+            if _single_reduce(a, reducer):
+                groups.setdefault((a.attrs, a.type, a.args[1].id), []).append(a)
+        if all(len(g) < 2 for g in groups.values()):
+            return None
+        out = [a for a in atoms if not any(a in g for g in groups.values() if len(g) >= 2)]
+        for g in groups.values():
+            if len(g) < 2:
+                continue
+            (d,) = g[0].attr("dimensions")
+            pieces = sorted((r.args[0] for r in g), key=lambda x: _order(x, d))
+            whole = self.concat(pieces, d)
+            out.append(self.make("reduce", (whole, g[0].args[1]), g[0].attrs, g[0].type))
+        return out
+
+    # -- sums ----------------------------------------------------------------------------------------
+    def _linear_rule(self, op: str) -> Rule:
+        def rule(args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+            if not _is_float(type):
+                return None
+            form: dict[int, tuple[Term, int]] = {}
+            signs = (1, -1) if op == "subtract" else (1, 1)
+            for a, s in zip(args, signs, strict=True):
+                for atom, c in self._linear(a).values():
+                    _accumulate(form, atom, s * c)
+            atoms = [(t, c) for t, c in form.values() if c != 0]
+            positive = [t for t, c in atoms if c > 0 for _ in range(c)]
+            for kind in ("sum", "dot"):
+                merged = self._merge_sums(positive, kind)
+                if merged is not None:
+                    positive = merged
+            negative = [t for t, c in atoms if c < 0 for _ in range(-c)]
+            return self._rebuild(positive, negative, type)
+        return rule
+
+    def _linear(self, t: Term) -> dict[int, tuple[Term, int]]:
+        """`t` as a signed multiset of atoms (through add, subtract, x·(-1) and broadcasts of them)."""
+        form: dict[int, tuple[Term, int]] = {}
+        if scalar_value(t) == 0.0:
+            return form
+        if t.op in ("add", "subtract"):
+            for a, s in zip(t.args, (1, -1) if t.op == "subtract" else (1, 1), strict=True):
+                for atom, c in self._linear(a).values():
+                    _accumulate(form, atom, s * c)
+            return form
+        if t.op == "multiply" and scalar_value(t.args[1]) == -1.0:
+            return {k: (atom, -c) for k, (atom, c) in self._linear(t.args[0]).items()}
+        if t.op == "broadcast_in_dim" and t.args[0].op in ("add", "subtract", "multiply") and scalar_value(t) is None:
+            inner = self._linear(t.args[0])
+            if len(inner) > 1 or any(c != 1 for _, c in inner.values()):
+                for atom, c in inner.values():
+                    b = self.make("broadcast_in_dim", (atom,), t.attrs, TensorType(t.type.shape, atom.type.dtype))
+                    _accumulate(form, b, c)
+                return form
+        _accumulate(form, t, 1)
+        return form
+
+    def _rebuild(self, positive: list[Term], negative: list[Term], type: TensorType) -> Term:
+        def total(ts: list[Term]) -> Term | None:
+            out: Term | None = None
+            for a in sorted(ts, key=lambda a: a.id):
+                out = a if out is None else self.terms.apply("add", (out, a), (), type)
+            return out
+
+        pos, neg = total(positive), total(negative)
+        if pos is None and neg is None:
+            return self.terms.splat(0.0, type)
+        if neg is None:
+            assert pos is not None
+            return pos
+        if pos is None:
+            return self.terms.apply("multiply", (neg, self.terms.splat(-1.0, type)), (), type)
+        return self.terms.apply("subtract", (pos, neg), (), type)
+
+    def _merge_sums(self, atoms: list[Term], kind: str) -> list[Term] | None:
+        if kind == "sum":
+            return self._merge_reductions(atoms, "sum")
+        groups: dict[tuple[Any, ...], list[Term]] = {}
+        for a in atoms:
+            dims = a.attr("dot_dimension_numbers")
+            if a.op == "dot_general" and isinstance(dims, DotDims) and len(dims.lhs_contract) == 1:
+                groups.setdefault((a.attrs, a.type, a.args[0].type.rank, a.args[1].type.rank), []).append(a)
+        if all(len(g) < 2 for g in groups.values()):
+            return None
+        out = [a for a in atoms if not any(a in g for g in groups.values() if len(g) >= 2)]
+        for g in groups.values():
+            if len(g) < 2:
+                continue
+            dims = g[0].attr("dot_dimension_numbers")
+            (cl,), (cr,) = dims.lhs_contract, dims.rhs_contract
+            pairs = [p for d in g for p in self._dot_pieces(d, cl, cr)]
+            pairs.sort(key=lambda p: min(_order(p[0], cl), _order(p[1], cr)))
+            lhs = self.concat([p[0] for p in pairs], cl)
+            rhs = self.concat([p[1] for p in pairs], cr)
+            out.append(self.make("dot_general", (lhs, rhs), g[0].attrs, g[0].type))
+        return out
+
+    def _dot_pieces(self, d: Term, cl: int, cr: int) -> list[tuple[Term, Term]]:
+        """dot(x, concat(y1, y2)) as its pieces (x[.., w1], y1), (x[.., w2], y2) along the contraction."""
+        x, y = d.args
+        for this, other, c, oc, flip in ((x, y, cl, cr, False), (y, x, cr, cl, True)):
+            if this.op == "concatenate" and this.attr("dimension") == c:
+                pieces: list[tuple[Term, Term]] = []
+                start = 0
+                for p in this.args:
+                    m = p.type.shape[c]
+                    lo = tuple(start if k == oc else 0 for k in range(other.type.rank))
+                    hi = tuple(start + m if k == oc else n for k, n in enumerate(other.type.shape))
+                    q = self(push_slice(self.terms, other, lo, hi))
+                    pieces.append((q, p) if flip else (p, q))
+                    start += m
+                return pieces
+        return [(x, y)]
+
+    # -- products ------------------------------------------------------------------------------------
+    def _multiply(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        if not _is_float(type):
+            return None
+        a, b = args
+        for zero, x in ((a, b), (b, a)):
+            if scalar_value(zero) == 0.0 and _bounded(x):
+                return self.terms.splat(0.0, type)
+        ea, eb = _exponent(self, a), _exponent(self, b)
+        if ea is not None and eb is not None:
+            total = self.make("add", (ea, eb), (), type)
+            return self.make("exponential", (total,), (), type)
+        for r, z in ((a, b), (b, a)):
+            if _single_reduce(r, "sum") and scalar_value(z) is None:
+                x = r.args[0]
+                (dim,) = r.attr("dimensions")
+                kept = tuple(j for j in range(x.type.rank) if j != dim)
+                zb = self.make("broadcast_in_dim", (z,), (("broadcast_dimensions", kept),), x.type)
+                inner = self.make("multiply", (x, zb), (), x.type)
+                return self.make("reduce", (inner, r.args[1]), r.attrs, r.type)
+        for dt, z in ((a, b), (b, a)):
+            if dt.op == "dot_general" and z.op == "broadcast_in_dim" and scalar_value(z) is None:
+                pushed = self._into_dot(dt, z, "multiply")
+                if pushed is not None:
+                    return pushed
+        return None
+
+    def _into_dot(self, dt: Term, z: Term, op: str) -> Term | None:
+        """dot(x, y) op bcast(z) = dot(x op bcast'(z), y) when z's dims are dims x keeps (batch or free)."""
+        dims: DotDims = dt.attr("dot_dimension_numbers")
+        x, y = dt.args
+        nb = len(dims.lhs_batch)
+        lfree = [j for j in range(x.type.rank) if j not in (*dims.lhs_batch, *dims.lhs_contract)]
+        rfree = [j for j in range(y.type.rank) if j not in (*dims.rhs_batch, *dims.rhs_contract)]
+        zdims = tuple(z.attr("broadcast_dimensions"))
+        for side, (operand, batch, free, first) in enumerate(((x, dims.lhs_batch, lfree, nb),
+                                                              (y, dims.rhs_batch, rfree, nb + len(lfree)))):
+            mapped: list[int] = []
+            for r in zdims:
+                if r < nb:
+                    mapped.append(batch[r])
+                elif first <= r < first + len(free):
+                    mapped.append(free[r - first])
+                else:
+                    break
+            else:
+                if mapped != sorted(mapped):
+                    continue
+                zb = self.make("broadcast_in_dim", z.args, (("broadcast_dimensions", tuple(mapped)),),
+                               TensorType(operand.type.shape, z.type.dtype))
+                inner = self.make(op, (operand, zb), (), operand.type)
+                pair = (inner, y) if side == 0 else (x, inner)
+                return self.make("dot_general", pair, dt.attrs, dt.type)
+        return None
+
+    def _dot_general(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        dims = dict(attrs).get("dot_dimension_numbers")
+        if not isinstance(dims, DotDims):
+            return None
+        x, y = args
+        for side, q in enumerate(args):
+            if q.op == "divide" and q.args[1].op == "broadcast_in_dim" and scalar_value(q.args[1]) is None:
+                mapped = self._divide_dims(dims, type, side, q)
+                if mapped is not None:
+                    pair = (q.args[0], y) if side == 0 else (x, q.args[0])
+                    inner = self.make("dot_general", pair, attrs, type)
+                    z = q.args[1].args[0]
+                    zb = self.make("broadcast_in_dim", (z,), (("broadcast_dimensions", mapped),),
+                                   TensorType(type.shape, z.type.dtype))
+                    return self.make("divide", (inner, zb), (), type)
+        if self._params_of(x) > self._params_of(y):
+            # One orientation: the operand reading the earlier parameters on the left, the result transposed.
+            swapped = DotDims(dims.rhs_batch, dims.lhs_batch, dims.rhs_contract, dims.lhs_contract)
+            nb = len(dims.lhs_batch)
+            nl = x.type.rank - nb - len(dims.lhs_contract)
+            nr = y.type.rank - nb - len(dims.rhs_contract)
+            shape = type.shape[:nb] + type.shape[nb + nl:] + type.shape[nb:nb + nl]
+            inner = self.make("dot_general", (y, x), _with_dims(attrs, swapped), TensorType(shape, type.dtype))
+            perm = tuple(range(nb)) + tuple(nb + nr + j for j in range(nl)) + tuple(nb + j for j in range(nr))
+            return self.make("transpose", (inner,), (("permutation", perm),), type)
+        return None
+
+    def _divide_dims(self, dims: DotDims, type: TensorType, side: int, q: Term) -> tuple[int, ...] | None:
+        """For dot(a / bcast(z), y) = dot(a, y) / bcast'(z): where z's dims land in the result (None when z
+        varies along the contraction)."""
+        batch, contract = (dims.lhs_batch, dims.lhs_contract) if side == 0 else (dims.rhs_batch, dims.rhs_contract)
+        nb = len(dims.lhs_batch)
+        free = [j for j in range(q.type.rank) if j not in (*batch, *contract)]
+        # the result is [batch, lhs free, rhs free]
+        first = nb if side == 0 else type.rank - len(free)
+        mapped: list[int] = []
+        for j in q.args[1].attr("broadcast_dimensions"):
+            if j in contract:
+                return None
+            mapped.append(batch.index(j) if j in batch else first + free.index(j))
+        return tuple(mapped) if mapped == sorted(mapped) else None
+
+    def _params_of(self, t: Term) -> tuple[int, ...]:
+        hit = self._params.get(t.id)
+        if hit is None:
+            hit = tuple(sorted({int(s.attr("index")) for s in t.walk() if s.op == "param"}))
+            self._params[t.id] = hit
+        return hit
+
+    # -- movement ------------------------------------------------------------------------------------
+    def _sink_transpose(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        """op(transpose(x, p), bcast(z)) = transpose(op(x, bcast'(z)), p): transposes outermost."""
+        moved = [a for a in args if a.op == "transpose"]
+        if not moved or any(a.attrs != moved[0].attrs for a in moved):
+            return None
+        perm = tuple(moved[0].attr("permutation"))
+        inv = [0] * len(perm)
+        for i, p in enumerate(perm):
+            inv[p] = i
+        inner_shape = moved[0].args[0].type.shape
+        inner: list[Term] = []
+        for a in args:
+            if a.op == "transpose":
+                inner.append(a.args[0])
+            elif (c := scalar_value(a)) is not None:
+                inner.append(self.terms.splat(c, TensorType(inner_shape, a.type.dtype)))
+            elif a.op == "broadcast_in_dim":
+                mapped = tuple(perm[d] for d in a.attr("broadcast_dimensions"))
+                if list(mapped) != sorted(mapped):
+                    return None
+                inner.append(self.terms.apply("broadcast_in_dim", a.args, (("broadcast_dimensions", mapped),),
+                                              TensorType(inner_shape, a.type.dtype)))
+            else:
+                return None
+        body = self.make(op, tuple(inner), attrs, TensorType(inner_shape, type.dtype))
+        return self.make("transpose", (body,), (("permutation", perm),), type)
+
+    # -- concatenation -------------------------------------------------------------------------------
+    def _concatenate(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        d = dict(attrs).get("dimension")
+        if d is None:
+            return None
+        out = self.concat(args, int(d))
+        return None if out.op == "concatenate" and out.args == args else out
+
+    def concat(self, pieces: Sequence[Term], d: int) -> Term:
+        """The concatenation of `pieces` along `d`, in normal form."""
+        flat: list[Term] = []
+        for p in pieces:
+            flat.extend(p.args if p.op == "concatenate" and p.attr("dimension") == d else (p,))
+        if len(flat) == 1:
+            return flat[0]
+        shape = list(flat[0].type.shape)
+        shape[d] = sum(p.type.shape[d] for p in flat)
+        type = TensorType(tuple(shape), flat[0].type.dtype)
+        attrs: AttrKey = (("dimension", d),)
+        for rule in (self._concat_constants, self._concat_broadcasts, self._concat_masked, self._concat_elementwise):
+            out = rule(flat, d, type)
+            if out is not None:
+                return out
+        return self.terms.apply("concatenate", tuple(flat), attrs, type)
+
+    def _concat_constants(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
+        if type.size > FOLD_LIMIT or not all(_is_constant(p) for p in flat):
+            return None
+        values: list[np.ndarray] = []
+        for p in flat:
+            if (v := constant_value(p)) is None:
+                return None
+            values.append(np.broadcast_to(v, p.type.shape))
+        whole = np.concatenate(values, axis=d)
+        return self.terms.constant(Literal(np.ascontiguousarray(whole), type.dtype), type)
+
+    def _concat_broadcasts(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
+        """Copies of one broadcast along a dim it stretches: the broadcast, wider."""
+        first = flat[0]
+        if first.op != "broadcast_in_dim" or d in first.attr("broadcast_dimensions"):
+            return None
+        if any(p.op != "broadcast_in_dim" or p.args[0] is not first.args[0] or p.attrs != first.attrs for p in flat):
+            return None
+        return self.make("broadcast_in_dim", first.args, first.attrs, type)
+
+    def _concat_masked(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
+        """Blocks of `select(mask, x, fill)` read at consecutive windows of `x` (a block the mask clears
+        entirely is just `fill`, one it keeps entirely just `x`'s window): the select over the union."""
+        parsed: list[tuple[np.ndarray | bool, Term | None, tuple[int, ...] | None, float | None]] = []
+        for p in flat:
+            if p.op == "select" and p.args[1].op == "slice" and (f := scalar_value(p.args[2])) is not None:
+                value = constant_value(p.args[0]) if p.args[0].type.size <= FOLD_LIMIT else None
+                if value is None:
+                    return None
+                parsed.append((np.broadcast_to(value, p.type.shape), p.args[1], None, f))
+            elif p.op == "slice":
+                parsed.append((True, p, None, None))
+            elif (f := scalar_value(p)) is not None:
+                parsed.append((False, None, None, f))
+            else:
+                return None
+        sources = {s.args[0].id for _, s, _, _ in parsed if s is not None}
+        fills = {f for _, _, _, f in parsed if f is not None}
+        if len(sources) != 1 or len(fills) != 1 or all(s is None for _, s, _, _ in parsed):
+            return None
+        known = [(k, s) for k, (_, s, _, _) in enumerate(parsed) if s is not None]
+        if any(not all(st == 1 for st in (s.attr("strides") or ())) for _, s in known):
+            return None
+        k0, s0 = known[0]
+        x = s0.args[0]
+        lo0, hi0 = tuple(s0.attr("start_indices")), tuple(s0.attr("limit_indices"))
+        start = lo0[d] - sum(p.type.shape[d] for p in flat[:k0])
+        pos = start
+        for k, p in enumerate(flat):
+            s = parsed[k][1]
+            if s is not None:
+                lo, hi = tuple(s.attr("start_indices")), tuple(s.attr("limit_indices"))
+                if lo[d] != pos or any(lo[i] != lo0[i] or hi[i] != hi0[i] for i in range(len(lo)) if i != d):
+                    return None
+            pos += p.type.shape[d]
+        if start < 0 or pos > x.type.shape[d]:
+            return None
+        mask = np.concatenate([np.broadcast_to(m, p.type.shape) if not isinstance(m, bool)
+                               else np.full(p.type.shape, m) for (m, _, _, _), p in zip(parsed, flat, strict=True)],
+                              axis=d)
+        (fill,) = fills
+        lo = tuple(start if i == d else a for i, a in enumerate(lo0))
+        hi = tuple(pos if i == d else b for i, b in enumerate(hi0))
+        window = slice_of(self.terms, x, lo, hi)
+        pred_type = TensorType(type.shape, "i1")
+        pred = self.terms.constant(Literal(np.ascontiguousarray(mask.astype(np.bool_)), "i1"), pred_type)
+        return self.make("select", (pred, window, self.terms.splat(fill, type)), (), type)
+
+    def _concat_elementwise(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
+        """op(a1, b1) ++ op(a2, b2) = op(a1 ++ a2, b1 ++ b2) (a broadcast of op(...) seen as op of broadcasts)."""
+        head = next((p for p in flat if p.op in ELEMENTWISE), None)
+        if head is None or any(a.type.shape != head.type.shape for a in head.args):
+            return None
+        columns: list[list[Term]] = [[] for _ in head.args]
+        for p in flat:
+            view = _elementwise_view(self, p, head)
+            if view is None:
+                return None
+            for col, a in zip(columns, view, strict=True):
+                col.append(a)
+        args = tuple(self.concat(col, d) for col in columns)
+        return self.make(head.op, args, head.attrs, type)
+
+
+def _bounded(t: Term) -> bool:
+    """Whether `t` is finite whenever its inputs are: a finite constant, or exp(c - y) with c at or below
+    the lowest finite value (the exponent is not positive; its exp cannot overflow). Only then is 0·t = 0:
+    exp(y - c) overflows to inf, and 0·inf is NaN."""
+    if (c := scalar_value(t)) is not None:
+        return bool(np.isfinite(c))
+    while t.op == "broadcast_in_dim":
+        t = t.args[0]
+    if t.op != "exponential" or t.args[0].op != "subtract":
+        return False
+    low = scalar_value(t.args[0].args[0])
+    return low is not None and low <= _LOWEST.get(t.type.dtype, -np.inf)
+
+
+def _elementwise_view(n: Normaliser, p: Term, head: Term) -> tuple[Term, ...] | None:
+    if p.op == head.op and p.attrs == head.attrs and len(p.args) == len(head.args):
+        return p.args
+    if p.op == "broadcast_in_dim" and (inner := p.args[0]).op == head.op and inner.attrs == head.attrs:
+        return tuple(n.terms.apply("broadcast_in_dim", (a,), p.attrs, TensorType(p.type.shape, a.type.dtype))
+                     for a in inner.args)
+    return None
+
+
+def _exponent(n: Normaliser, t: Term) -> Term | None:
+    """`e` when `t` is exp(e), or a broadcast of one (then `e` broadcast alike)."""
+    if t.op == "exponential":
+        return t.args[0]
+    if t.op == "broadcast_in_dim" and t.args[0].op == "exponential":
+        (e,) = t.args[0].args
+        return n.make("broadcast_in_dim", (e,), t.attrs, TensorType(t.type.shape, e.type.dtype))
+    return None
+
+
+def _with_dims(attrs: AttrKey, dims: DotDims) -> AttrKey:
+    return tuple((k, dims if k == "dot_dimension_numbers" else v) for k, v in attrs)
+
+
+def _single_reduce(t: Term, reducer: str) -> bool:
+    return (t.op == "reduce" and len(t.args) == 2 and t.attr("reducer") == reducer
+            and len(t.attr("dimensions")) == 1)
+
+
+def _flatten(t: Term, op: str) -> list[Term]:
+    return [x for a in t.args for x in _flatten(a, op)] if t.op == op else [t]
+
+
+def _flatten_all(args: tuple[Term, ...], op: str) -> list[Term]:
+    return [x for a in args for x in _flatten(a, op)]
+
+
+def _accumulate(form: dict[int, tuple[Term, int]], atom: Term, c: int) -> None:
+    _, old = form.get(atom.id, (atom, 0))
+    form[atom.id] = (atom, old + c)
+
+
+def _is_constant(t: Term) -> bool:
+    return t.op == "constant" or (t.op == "broadcast_in_dim" and t.args[0].op == "constant")
+
+
+def _is_float(type: TensorType) -> bool:
+    return type.dtype.startswith(("f", "bf"))
+
+
+def _order(t: Term, dim: int) -> tuple[int, int]:
+    """Where a block comes from along `dim`: the offset of the first slice it reads along that dim, followed
+    through ops that keep the dim (blocks that read none, such as a fully masked block, go last)."""
+    stack = [(t, dim)]
+    seen: set[tuple[int, int]] = set()
+    while stack:
+        s, k = stack.pop()
+        if (s.id, k) in seen:
+            continue
+        seen.add((s.id, k))
+        if s.op == "slice":
+            return 0, int(s.attr("start_indices")[k])
+        if s.op in ELEMENTWISE:
+            stack.extend((a, k) for a in reversed(s.args) if a.type.shape == s.type.shape)
+        elif s.op == "broadcast_in_dim" and k in (dims := tuple(s.attr("broadcast_dimensions"))):
+            stack.append((s.args[0], dims.index(k)))
+        elif s.op == "transpose":
+            stack.append((s.args[0], int(s.attr("permutation")[k])))
+        elif s.op == "concatenate" and s.args:
+            stack.append((s.args[0], k))
+    return 1, 0
