@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import ranges
 from .facts import Fact, Failed, Holds, Varying
 from .ir import Literal, Op, Region, TensorType, Value, walk
 from .mesh import Layout, Mesh, Reducer
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .derive import Deriver
 
 CASE_LIMIT = 16
+UNROLL_LIMIT = 64  # iterations of a loop with a static trip count, run one by one in a case split
 Hook = Callable[["Deriver", Op, tuple[Fact, ...]], tuple[Fact, ...]]
 Combine = Callable[[list["Deriver"], Op, str], list[tuple[Fact, ...]]]
 _ALONG = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
@@ -54,15 +56,7 @@ def derive_cases(d: Deriver, region: Region, args: Sequence[Fact], axis: str, de
         for v, f in zip(region.args, args, strict=True):
             sub.facts[v] = _pinned(sub, f, axis, i)
         cases.append(sub)
-    for op in region.ops:
-        along = _along(cases[0], op, axis)
-        if along is None:
-            for sub in cases:
-                sub.op(op)
-            continue
-        for sub, out in zip(cases, along(cases, op, axis), strict=True):
-            for v, f in zip(op.results, out, strict=True):
-                sub.facts[v] = f
+    _run(cases, region.ops, axis)
     merged = {v: _merge(d, [sub.facts[v] for sub in cases], op, axis) for op in region.ops for v in op.results}
     results = tuple(_merge(d, [sub.facts[v] for sub in cases], None, axis, want)
                     for v, want in zip(region.results, declared, strict=True))
@@ -81,6 +75,50 @@ def derive_cases(d: Deriver, region: Region, args: Sequence[Fact], axis: str, de
                 if shown:
                     d.case_views[v] = shown[-1]
     return results, merged
+
+
+def _run(cases: list[Deriver], ops: Sequence[Op], axis: str) -> None:
+    for op in ops:
+        if op.opcode == "while" and _unrolled(cases, op, axis):
+            continue
+        along = _along(cases[0], op, axis)
+        if along is None:
+            for sub in cases:
+                sub.op(op)
+            continue
+        for sub, out in zip(cases, along(cases, op, axis), strict=True):
+            for v, f in zip(op.results, out, strict=True):
+                sub.facts[v] = f
+
+
+def _unrolled(cases: list[Deriver], op: Op, axis: str) -> bool:
+    """A loop whose trip count every case knows (a `fori_loop` over a static range), run iteration by
+    iteration, so that the collectives in its body combine the cases like any other. False (nothing
+    bound) when the condition is not decided, differs between cases, or holds past `UNROLL_LIMIT`."""
+    cond, body = op.regions
+    carried = [[sub.facts[v] for v in op.operands] for sub in cases]
+    for _ in range(UNROLL_LIMIT + 1):
+        for sub, facts in zip(cases, carried, strict=True):
+            sub.facts.update(zip(cond.args, facts, strict=True))
+        _run(cases, cond.ops, axis)
+        decided = {_decided(sub, sub.facts[cond.results[0]]) for sub in cases}
+        if len(decided) != 1 or None in decided:
+            return False
+        if not decided.pop():
+            for sub, facts in zip(cases, carried, strict=True):
+                sub.facts.update(zip(op.results, facts, strict=True))
+            return True
+        for sub, facts in zip(cases, carried, strict=True):
+            sub.facts.update(zip(body.args, facts, strict=True))
+        _run(cases, body.ops, axis)
+        carried = [[sub.facts[v] for v in body.results] for sub in cases]
+    return False
+
+
+def _decided(d: Deriver, f: Fact) -> bool | None:
+    """The value of a boolean scalar the same on every device, if it is one."""
+    g = d.lift(f)
+    return ranges.bool_value(g.term) if isinstance(g, Holds) and not g.layout.partial else None
 
 
 def _pinned(d: Deriver, f: Fact, axis: str, i: int) -> Fact:

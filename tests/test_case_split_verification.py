@@ -1,8 +1,9 @@
-"""Case analysis along a mesh axis (pipeline stages) and the slice normal form it relies on.
+"""Case analysis along a mesh axis (pipeline stages, ring loops) and the slice normal form it relies on.
 
 The pipeline's shard_map body picks its input with `where(axis_index("pp") == 0, ...)` and hands stage
 outputs on with a non-cyclic ppermute: proven by deriving the body once per "pp" coordinate. The unrolled
-microbatch loop is `f(x[m])` stacked, which the slice normal form turns into `f(x)`.
+microbatch loop is `f(x[m])` stacked, which the slice normal form turns into `f(x)`. A `fori_loop` whose
+body permutes along the case axis is run iteration by iteration (its trip count is static).
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ def test_pipeline_mutants_are_never_false_equivalent() -> None:
     fx = BY_NAME["pipeline_ppermute_shard_map"]
     seen = every_mutant_checked(parsers.load(fx.before), parsers.load(fx.after), lambda b, a: verify(b, a).name)
     assert sum(seen.values()) >= 20 and seen.get("discrepancy", 0) >= 10, seen
+
+
+def test_fori_ring_is_unrolled_and_its_mutants_are_never_false_equivalent() -> None:
+    fx = BY_NAME["ring_attention_shard_map_fori"]
+    assert verify(fx.before, fx.after).name == "equivalent"
+    seen = every_mutant_checked(parsers.load(fx.before), parsers.load(fx.after), lambda b, a: verify(b, a).name,
+                                seeds=(0,))
+    assert seen.get("discrepancy", 0) >= 10, seen
 
 
 def test_wrong_pairs_blames_the_permute_that_sends_nothing_forward() -> None:

@@ -17,8 +17,6 @@ from scalify_hlo.engine import Options, verify
 FIXTURES = fixtures()
 
 LIMITS = {
-    "ring_attention_shard_map_fori": "ring attention as a while loop: the K/V blocks rotate through the carry "
-                                     "(an induction over a permuted carry, not modelled)",
     **dict.fromkeys(["ring_attention_shard_map_no_rescale", "ring_attention_shard_map_wrong_direction"],
                     "ring attention: the bug is found, but named where the prover stopped following"),
     **dict.fromkeys(["moe_all_to_all_shard_map", "moe_all_to_all_shard_map_no_combine",
