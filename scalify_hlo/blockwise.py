@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from .ir import DotDims, Literal, TensorType
+from .ir import DotDims, TensorType
+from .pushing import FOLD_LIMIT, constant_value, folded, push_slice, squeeze_units
 from .slicing import slice_of
 from .terms import ELEMENTWISE, AttrKey, Term, Terms, scalar_value
 
-FOLD_LIMIT = 1 << 16  # elements: constant-only terms up to this size are folded to their values
 FUEL = 200_000  # rewrites per comparison, then the answer is "not proven"
-_LEAVES = frozenset({"param", "var", "nothing_received"})
+DEPTH = 64  # nested block splits and congruence steps per comparison
 _LOWEST = {"f16": float(np.finfo(np.float16).min), "bf16": -3.3895313892515355e38,
            "f32": float(np.finfo(np.float32).min), "f64": float(np.finfo(np.float64).min)}
 
@@ -46,22 +46,12 @@ class _OutOfFuel(Exception):
 
 
 def equal(terms: Terms, after: Term, before: Term) -> bool:
-    """Whether the two terms are equal by the identities above. `after` may be the blocks of `before`
-    concatenated (one per coordinate of a case split): each block is compared with that block of `before`."""
+    """Whether the two terms are equal by the identities above. `after` may be built from blocks that
+    `before` computes at once (one per coordinate of a case split, or per expert block): where `after`
+    concatenates blocks, each block is compared with that block of `before` (`pushing.push_slice`)."""
     norm = Normaliser(terms)
     try:
-        if after.op == "concatenate" and before.op != "concatenate" and after.type == before.type:
-            d = int(after.attr("dimension"))
-            start = 0
-            for piece in after.args:
-                m = piece.type.shape[d]
-                lo = tuple(start if k == d else 0 for k in range(after.type.rank))
-                hi = tuple(start + m if k == d else n for k, n in enumerate(after.type.shape))
-                if norm(piece) is not norm(push_slice(terms, before, lo, hi)):
-                    return False
-                start += m
-            return True
-        return norm(after) is norm(before)
+        return _equal(terms, norm, after, before, DEPTH)
     except (_OutOfFuel, RecursionError):
         return False
     except (ValueError, IndexError, KeyError, TypeError):
@@ -69,84 +59,57 @@ def equal(terms: Terms, after: Term, before: Term) -> bool:
         return False
 
 
-# -- slices pushed inward -------------------------------------------------------------------------------
-
-def push_slice(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...],
-               memo: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Term] | None = None) -> Term:
-    """`t[lo:hi]`, with the slice moved into `t` through ops for which the sliced dims are batch dims
-    (elementwise ops, broadcasts, transposes, the kept dims of reductions, the free and batch dims of
-    dot_general) and folded into constants. Exact."""
-    memo = {} if memo is None else memo
-    key = (t.id, lo, hi)
-    if key in memo:
-        return memo[key]
-    out = _push(terms, t, lo, hi, memo)
-    memo[key] = out
-    return out
+def _equal(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bool:
+    key = (a.id, b.id)
+    known = norm.compared.get(key)
+    if known is None:
+        norm.compared[key] = False  # a cycle back here proves nothing
+        known = norm.compared[key] = _compare(terms, norm, a, b, depth)
+    return known
 
 
-def _push(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...],
-          memo: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Term]) -> Term:
-    shape = t.type.shape
-    if lo == (0,) * len(shape) and hi == shape:
-        return t
-    out_type = TensorType(tuple(b - a for a, b in zip(lo, hi, strict=True)), t.type.dtype)
-    if t.type.size <= FOLD_LIMIT and (value := constant_value(t)) is not None:
-        return terms.constant(Literal(np.ascontiguousarray(value[tuple(map(slice, lo, hi))]), t.type.dtype), out_type)
-    op = t.op
-    if op == "slice" and all(s == 1 for s in (t.attr("strides") or ())):
-        base = tuple(t.attr("start_indices"))
-        return push_slice(terms, t.args[0], tuple(b + a for b, a in zip(base, lo, strict=True)),
-                          tuple(b + a for b, a in zip(base, hi, strict=True)), memo)
-    if op == "broadcast_in_dim":
-        (x,) = t.args
-        dims = tuple(t.attr("broadcast_dimensions"))
-        where = {j: d for j, d in enumerate(dims) if x.type.shape[j] == t.type.shape[d]}  # stretched unit dims: whole
-        return terms.apply(op, (push_slice(terms, x, *_operand_window(x, where, lo, hi), memo),), t.attrs, out_type)
-    if op == "transpose":
-        x = t.args[0]
-        where = {p: i for i, p in enumerate(t.attr("permutation"))}
-        return terms.apply(op, (push_slice(terms, x, *_operand_window(x, where, lo, hi), memo),), t.attrs, out_type)
-    if op in ELEMENTWISE and all(a.type.shape == shape for a in t.args):
-        args = tuple(push_slice(terms, a, lo, hi, memo) for a in t.args)
-        return terms.apply(op, args, t.attrs, out_type)
-    if op == "reduce" and len(t.args) == 2:
-        x, init = t.args
-        reduced = set(t.attr("dimensions"))
-        where = {j: i for i, j in enumerate(j for j in range(x.type.rank) if j not in reduced)}
-        inner = push_slice(terms, x, *_operand_window(x, where, lo, hi), memo)
-        return terms.apply(op, (inner, init), t.attrs, out_type)
-    dims = t.attr("dot_dimension_numbers")
-    if op == "dot_general" and isinstance(dims, DotDims):
-        # the result is [batch, lhs free, rhs free]
-        sides = []
-        first = len(dims.lhs_batch)
-        for x, batch, contract in ((t.args[0], dims.lhs_batch, dims.lhs_contract),
-                                   (t.args[1], dims.rhs_batch, dims.rhs_contract)):
-            free = [j for j in range(x.type.rank) if j not in (*batch, *contract)]
-            where = {j: i for i, j in enumerate(batch)} | {j: first + i for i, j in enumerate(free)}
-            sides.append(push_slice(terms, x, *_operand_window(x, where, lo, hi), memo))
-            first += len(free)
-        return terms.apply(op, (sides[0], sides[1]), t.attrs, out_type)
-    return slice_of(terms, t, lo, hi)
+def _compare(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bool:
+    if a is b or norm(a) is norm(b):
+        return True
+    if depth == 0 or a.type != b.type:
+        return False
+    if a.op == "reshape" and (taken := squeeze_units(terms, a)) is not None:
+        return _equal(terms, norm, taken, b, depth - 1)
+    if a.op == "reshape" and a.args[0].op == "concatenate" and (pieces := _reshaped_pieces(terms, a)) is not None:
+        a = pieces
+    if a.op == "concatenate" and b.op != "concatenate":
+        d = int(a.attr("dimension"))
+        start = 0
+        for piece in a.args:
+            m = piece.type.shape[d]
+            lo = tuple(start if k == d else 0 for k in range(a.type.rank))
+            hi = tuple(start + m if k == d else n for k, n in enumerate(a.type.shape))
+            if not _equal(terms, norm, piece, push_slice(terms, b, lo, hi), depth - 1):
+                return False
+            start += m
+        return True
+    # Congruence: the same op on equal operands (each pair compared the same way).
+    na, nb = norm(a), norm(b)
+    if na.op == nb.op and na.attrs == nb.attrs and len(na.args) == len(nb.args) and na.args:
+        return all(_equal(terms, norm, x, y, depth - 1) for x, y in zip(na.args, nb.args, strict=True))
+    return False
 
 
-def _operand_window(x: Term, where: dict[int, int], lo: tuple[int, ...], hi: tuple[int, ...]
-                    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The window of operand `x` that a result window needs: operand dim `j` cut like result dim
-    `where[j]`, the others whole."""
-    xlo = tuple(lo[where[j]] if j in where else 0 for j in range(x.type.rank))
-    xhi = tuple(hi[where[j]] if j in where else n for j, n in enumerate(x.type.shape))
-    return xlo, xhi
-
-
-def constant_value(t: Term) -> np.ndarray | None:
-    """The value of a term built from constants and iotas only (None if it reads anything else)."""
-    from .termeval import evaluate_constant
-
-    if any(s.op in _LEAVES for s in t.walk()):
+def _reshaped_pieces(terms: Terms, t: Term) -> Term | None:
+    """reshape(concat(p_i) along 0) as concat(reshape(p_i)) along 0, when the reshape keeps the leading
+    dim's blocks whole (row-major: each piece's rows stay together)."""
+    (c,) = t.args
+    if c.attr("dimension") != 0 or t.type.rank == 0:
         return None
-    return evaluate_constant(t)
+    rows = int(np.prod(c.type.shape[1:], dtype=np.int64))
+    inner = int(np.prod(t.type.shape[1:], dtype=np.int64))
+    pieces: list[Term] = []
+    for p in c.args:
+        size = p.type.shape[0] * rows
+        if size % inner:
+            return None
+        pieces.append(terms.apply("reshape", (p,), (), TensorType((size // inner, *t.type.shape[1:]), p.type.dtype)))
+    return terms.mk("concatenate", tuple(pieces), (("dimension", 0),), t.type)
 
 
 # -- the normaliser ------------------------------------------------------------------------------------
@@ -160,6 +123,7 @@ class Normaliser:
     def __init__(self, terms: Terms) -> None:
         self.terms = terms
         self.memo: dict[int, Term] = {}
+        self.compared: dict[tuple[int, int], bool] = {}  # (after, before) term ids -> shown equal
         self.fuel = FUEL
         self._params: dict[int, tuple[int, ...]] = {}
         self.rules: dict[str, Rule] = {
@@ -168,6 +132,7 @@ class Normaliser:
             "dot_general": self._dot_general,
             "maximum": self._maximum,
             "multiply": self._multiply,
+            "slice": self._slice,
             "subtract": self._linear_rule("subtract"),
         }
 
@@ -179,7 +144,9 @@ class Normaliser:
         if self.fuel < 0:
             raise _OutOfFuel
         r = t
-        if t.args:
+        if t.op == "iota" and t.type.size <= FOLD_LIMIT and (value := constant_value(t)) is not None:
+            r = folded(self.terms, value, t.type)
+        elif t.args:
             args = tuple(self(a) for a in t.args)
             r = self.rewrite(t.op, args, t.attrs, t.type)
             if r is not t and r.id not in self.memo:
@@ -196,13 +163,23 @@ class Normaliser:
             t = self.terms.apply(op, args, attrs, type)
             value = constant_value(t)
             if value is not None:
-                return self.terms.constant(Literal(np.ascontiguousarray(value), type.dtype), type)
+                return folded(self.terms, value, type)
         rule = self.rules.get(op)
         if rule is not None and (out := rule(args, attrs, type)) is not None:
             return out
         if op in ELEMENTWISE and (out := self._sink_transpose(op, args, attrs, type)) is not None:
             return out
         return self.terms.apply(op, args, attrs, type)
+
+    # -- slices -------------------------------------------------------------------------------------
+    def _slice(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        """A slice that reaches into a concatenation (a piece another device sent) is moved inward."""
+        (x,) = args
+        a = dict(attrs)
+        if any(s != 1 for s in a.get("strides") or ()) or not _reads_concat(x):
+            return None
+        moved = push_slice(self.terms, x, tuple(a["start_indices"]), tuple(a["limit_indices"]))
+        return None if moved.op == "slice" and moved.args == (x,) else moved
 
     # -- maximum -------------------------------------------------------------------------------------
     def _maximum(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
@@ -508,7 +485,7 @@ class Normaliser:
                 return None
             values.append(np.broadcast_to(v, p.type.shape))
         whole = np.concatenate(values, axis=d)
-        return self.terms.constant(Literal(np.ascontiguousarray(whole), type.dtype), type)
+        return folded(self.terms, whole, type)
 
     def _concat_broadcasts(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
         """Copies of one broadcast along a dim it stretches: the broadcast, wider."""
@@ -564,7 +541,7 @@ class Normaliser:
         hi = tuple(pos if i == d else b for i, b in enumerate(hi0))
         window = slice_of(self.terms, x, lo, hi)
         pred_type = TensorType(type.shape, "i1")
-        pred = self.terms.constant(Literal(np.ascontiguousarray(mask.astype(np.bool_)), "i1"), pred_type)
+        pred = folded(self.terms, mask, pred_type)
         return self.make("select", (pred, window, self.terms.splat(fill, type)), (), type)
 
     def _concat_elementwise(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
@@ -581,6 +558,15 @@ class Normaliser:
                 col.append(a)
         args = tuple(self.concat(col, d) for col in columns)
         return self.make(head.op, args, head.attrs, type)
+
+
+def _reads_concat(t: Term, depth: int = 8) -> bool:
+    """Whether a concatenation is within `depth` ops of `t` (through ops a slice can move into)."""
+    if t.op == "concatenate":
+        return True
+    if depth == 0 or not (t.op in ELEMENTWISE or t.op in ("transpose", "broadcast_in_dim", "dot_general", "reshape")):
+        return False
+    return any(_reads_concat(a, depth - 1) for a in t.args)
 
 
 def _bounded(t: Term) -> bool:

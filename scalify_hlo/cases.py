@@ -33,6 +33,7 @@ CASE_LIMIT = 16
 UNROLL_LIMIT = 64  # iterations of a loop with a static trip count, run one by one in a case split
 Hook = Callable[["Deriver", Op, tuple[Fact, ...]], tuple[Fact, ...]]
 Combine = Callable[[list["Deriver"], Op, str], list[tuple[Fact, ...]]]
+Along = Callable[[Op], Callable[[list["Deriver"], Op], list[tuple[Fact, ...]]] | None]
 _ALONG = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
 
 
@@ -56,7 +57,7 @@ def derive_cases(d: Deriver, region: Region, args: Sequence[Fact], axis: str, de
         for v, f in zip(region.args, args, strict=True):
             sub.facts[v] = _pinned(sub, f, axis, i)
         cases.append(sub)
-    _run(cases, region.ops, axis)
+    run_ops(cases, region.ops, lambda op: _along_axis(cases[0], op, axis))
     merged = {v: _merge(d, [sub.facts[v] for sub in cases], op, axis) for op in region.ops for v in op.results}
     results = tuple(_merge(d, [sub.facts[v] for sub in cases], None, axis, want)
                     for v, want in zip(region.results, declared, strict=True))
@@ -77,21 +78,22 @@ def derive_cases(d: Deriver, region: Region, args: Sequence[Fact], axis: str, de
     return results, merged
 
 
-def _run(cases: list[Deriver], ops: Sequence[Op], axis: str) -> None:
+def run_ops(cases: list[Deriver], ops: Sequence[Op], along: Along) -> None:
+    """Every op in every case; the collectives `along` names combine the cases instead."""
     for op in ops:
-        if op.opcode == "while" and _unrolled(cases, op, axis):
+        if op.opcode == "while" and _unrolled(cases, op, along):
             continue
-        along = _along(cases[0], op, axis)
-        if along is None:
+        combine = along(op)
+        if combine is None:
             for sub in cases:
                 sub.op(op)
             continue
-        for sub, out in zip(cases, along(cases, op, axis), strict=True):
+        for sub, out in zip(cases, combine(cases, op), strict=True):
             for v, f in zip(op.results, out, strict=True):
                 sub.facts[v] = f
 
 
-def _unrolled(cases: list[Deriver], op: Op, axis: str) -> bool:
+def _unrolled(cases: list[Deriver], op: Op, along: Along) -> bool:
     """A loop whose trip count every case knows (a `fori_loop` over a static range), run iteration by
     iteration, so that the collectives in its body combine the cases like any other. False (nothing
     bound) when the condition is not decided, differs between cases, or holds past `UNROLL_LIMIT`."""
@@ -100,7 +102,7 @@ def _unrolled(cases: list[Deriver], op: Op, axis: str) -> bool:
     for _ in range(UNROLL_LIMIT + 1):
         for sub, facts in zip(cases, carried, strict=True):
             sub.facts.update(zip(cond.args, facts, strict=True))
-        _run(cases, cond.ops, axis)
+        run_ops(cases, cond.ops, along)
         decided = {_decided(sub, sub.facts[cond.results[0]]) for sub in cases}
         if len(decided) != 1 or None in decided:
             return False
@@ -110,7 +112,7 @@ def _unrolled(cases: list[Deriver], op: Op, axis: str) -> bool:
             return True
         for sub, facts in zip(cases, carried, strict=True):
             sub.facts.update(zip(body.args, facts, strict=True))
-        _run(cases, body.ops, axis)
+        run_ops(cases, body.ops, along)
         carried = [[sub.facts[v] for v in body.results] for sub in cases]
     return False
 
@@ -202,6 +204,11 @@ def _blocks(d: Deriver, facts: list[Fact], axis: str, declared: Layout) -> Holds
                           TensorType(shape, t.dtype))
     dims = tuple((axis, *a) if k == dim else a for k, a in enumerate(layout.dims))
     return Holds(whole, Layout(dims))
+
+
+def _along_axis(sub: Deriver, op: Op, axis: str) -> Callable[[list[Deriver], Op], list[tuple[Fact, ...]]] | None:
+    combine = _along(sub, op, axis)
+    return None if combine is None else (lambda cases, o: combine(cases, o, axis))
 
 
 def _along(sub: Deriver, op: Op, axis: str) -> Combine | None:

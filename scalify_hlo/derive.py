@@ -16,7 +16,7 @@ import numpy as np
 
 from scalify_hlo.rules import masking
 
-from . import cases
+from . import cases, per_device
 from .errors import ShardingError
 from .facts import Ctx, Fact, Failed, Holds, Varying, constant_term, view
 from .ir import Op, Region, TensorType, Value
@@ -295,18 +295,28 @@ def _manual(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
                          for _ in op.results)
         args.append(Holds(g.term, layout))
     results = d.region(op.regions[0], args)
-    if any(isinstance(f, Failed) and not f.evidence for f in results) and cases.worth_trying(op.regions[0]):
+    if _open(results) and cases.worth_trying(op.regions[0]):
         for axis, size in d.mesh.axes:
             if 1 < size <= cases.CASE_LIMIT:
                 trial, merged = cases.derive_cases(d, op.regions[0], args, axis, outs)
-                if not any(isinstance(f, Failed) and not f.evidence for f in trial):
+                if not _open(trial):
                     results = trial
                     d.facts.update(merged)
                     break
+    if _open(results) and 1 < d.mesh.size <= cases.CASE_LIMIT:
+        trial, merged = per_device.derive_per_device(d, op.regions[0], args, outs)
+        if not _open(trial):
+            results = trial
+            d.facts.update(merged)
     out: list[Fact] = []
     for f, layout, res in zip(results, outs, op.results, strict=True):
         out.append(_leave_manual(d, op, d.lift(f), layout, res))
     return tuple(out)
+
+
+def _open(results: Sequence[Fact]) -> bool:
+    """Some result is unknown (neither derived nor shown wrong)."""
+    return any(isinstance(f, Failed) and not f.evidence for f in results)
 
 
 def _leave_manual(d: Deriver, op: Op, f: Fact, declared: Layout, res: Value) -> Fact:

@@ -35,14 +35,35 @@ def as_op(t: Term) -> Op:
     attrs = dict(t.attrs)
     regions: tuple[Region, ...] = ()
     computation = attrs.pop("computation", None)
+    results: tuple[Value, ...] = (Value(t.type),)
     if t.op == "reduce":
         reducer = attrs.pop("reducer", computation)
-        regions = (_reducer_region(str(reducer), t.type.dtype),)
+        attrs.pop("index", None)
+        if isinstance(reducer, tuple):  # a general body, as `semantics.region_key` spelled it
+            k = len(t.args) // 2
+            regions = (_region_of(reducer[0], [a.type.dtype for a in t.args[:k]] * 2),)
+            results = tuple(Value(TensorType(t.type.shape, a.type.dtype)) for a in t.args[:k])
+        else:
+            regions = (_reducer_region(str(reducer), t.type.dtype),)
     elif isinstance(computation, str) and computation in _REDUCER_OPS:
         regions = (_reducer_region(computation, t.type.dtype),)
     elif computation is not None:
         raise NotEvaluable(f"{t.op} with a general body")
-    return Op(t.op, operands, (Value(t.type),), Attrs.of(attrs), regions)
+    return Op(t.op, operands, results, Attrs.of(attrs), regions)
+
+
+def _region_of(key: tuple[Any, ...], arg_types: list[str]) -> Region:
+    """The scalar body a `region_key` describes (result types: i1 for comparisons, else the operands')."""
+    n_args, items, outs = key
+    values = [Value(TensorType((), dtype), f"%a{i}") for i, dtype in enumerate(arg_types[:n_args])]
+    ops: list[Op] = []
+    for opcode, operands, attrs in items:
+        ins = tuple(values[i] for i in operands)
+        dtype = "i1" if opcode == "compare" else ins[1 if opcode == "select" else 0].tensor.dtype
+        r = Value(TensorType((), dtype))
+        ops.append(Op(opcode, ins, (r,), Attrs.of(dict(attrs)), ()))
+        values.append(r)
+    return Region(tuple(values[:n_args]), tuple(ops), tuple(values[i] for i in outs))
 
 
 def evaluate(root: Term, env: Mapping[int, np.ndarray]) -> np.ndarray:
@@ -73,8 +94,8 @@ def evaluate(root: Term, env: Mapping[int, np.ndarray]) -> np.ndarray:
         kernel = KERNELS.get(t.op)
         if kernel is None:
             raise NotEvaluable(f"no kernel for {t.op}")
-        (out,) = kernel(machine, as_op(t), list[Any](args))
-        values[t.id] = np.asarray(out)
+        outs = kernel(machine, as_op(t), list[Any](args))
+        values[t.id] = np.asarray(outs[int(t.attr("index", 0)) if len(outs) > 1 else 0])
     return values[root.id][0]
 
 

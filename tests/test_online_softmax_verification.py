@@ -12,9 +12,10 @@ from conftest import fixtures
 from mutations import every_mutant_checked
 
 from scalify_hlo import parsers
-from scalify_hlo.blockwise import Normaliser, equal, push_slice
+from scalify_hlo.blockwise import Normaliser, equal
 from scalify_hlo.engine import verify
 from scalify_hlo.ir import DotDims, Literal, TensorType
+from scalify_hlo.pushing import push_slice
 from scalify_hlo.slicing import slice_of
 from scalify_hlo.terms import Term, Terms
 

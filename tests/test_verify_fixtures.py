@@ -19,9 +19,8 @@ FIXTURES = fixtures()
 LIMITS = {
     **dict.fromkeys(["ring_attention_shard_map_no_rescale", "ring_attention_shard_map_wrong_direction"],
                     "ring attention: the bug is found, but named where the prover stopped following"),
-    **dict.fromkeys(["moe_all_to_all_shard_map", "moe_all_to_all_shard_map_no_combine",
-                     "moe_all_to_all_shard_map_combine_axes_swapped"],
-                    "MoE routing: a cumsum over each device's own tokens (a per-shard scan, not modelled)"),
+    **dict.fromkeys(["moe_all_to_all_shard_map_no_combine", "moe_all_to_all_shard_map_combine_axes_swapped"],
+                    "MoE: the bug is found, but named where the one-pass derivation stopped following"),
 }
 
 
