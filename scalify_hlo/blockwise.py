@@ -45,11 +45,11 @@ class _OutOfFuel(Exception):
     pass
 
 
-def equal(terms: Terms, after: Term, before: Term) -> bool:
+def equal(terms: Terms, after: Term, before: Term, norm: Normaliser | None = None) -> bool:
     """Whether the two terms are equal by the identities above. `after` may be built from blocks that
     `before` computes at once (one per coordinate of a case split, or per expert block): where `after`
     concatenates blocks, each block is compared with that block of `before` (`pushing.push_slice`)."""
-    norm = Normaliser(terms)
+    norm = Normaliser(terms) if norm is None else norm
     try:
         return _equal(terms, norm, after, before, DEPTH)
     except (_OutOfFuel, RecursionError):
@@ -72,6 +72,8 @@ def _compare(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bo
     if a is b or norm(a) is norm(b):
         return True
     if depth == 0 or a.type != b.type:
+        if norm.first_failure is None:
+            norm.first_failure = (a, b)
         return False
     if a.op == "reshape" and (taken := squeeze_units(terms, a)) is not None:
         return _equal(terms, norm, taken, b, depth - 1)
@@ -92,6 +94,8 @@ def _compare(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bo
     na, nb = norm(a), norm(b)
     if na.op == nb.op and na.attrs == nb.attrs and len(na.args) == len(nb.args) and na.args:
         return all(_equal(terms, norm, x, y, depth - 1) for x, y in zip(na.args, nb.args, strict=True))
+    if norm.first_failure is None:
+        norm.first_failure = (a, b)
     return False
 
 
@@ -124,6 +128,12 @@ class Normaliser:
         self.terms = terms
         self.memo: dict[int, Term] = {}
         self.compared: dict[tuple[int, int], bool] = {}  # (after, before) term ids -> shown equal
+        # For localisation: concatenations that merging blocks left behind ("misplaced": slices of one
+        # tensor that are not consecutive; "unscaled": blocks that differ otherwise, e.g. in their shift),
+        # and the first pair of terms a comparison could not match.
+        self.unjoined: dict[int, str] = {}
+        self.first_failure: tuple[Term, Term] | None = None
+        self._merging = 0
         self.fuel = FUEL
         self._params: dict[int, tuple[int, ...]] = {}
         self.rules: dict[str, Rule] = {
@@ -216,7 +226,7 @@ class Normaliser:
                 continue
             (d,) = g[0].attr("dimensions")
             pieces = sorted((r.args[0] for r in g), key=lambda x: _order(x, d))
-            whole = self.concat(pieces, d)
+            whole = self.merged(pieces, d)
             out.append(self.make("reduce", (whole, g[0].args[1]), g[0].attrs, g[0].type))
         return out
 
@@ -297,8 +307,8 @@ class Normaliser:
             (cl,), (cr,) = dims.lhs_contract, dims.rhs_contract
             pairs = [p for d in g for p in self._dot_pieces(d, cl, cr)]
             pairs.sort(key=lambda p: min(_order(p[0], cl), _order(p[1], cr)))
-            lhs = self.concat([p[0] for p in pairs], cl)
-            rhs = self.concat([p[1] for p in pairs], cr)
+            lhs = self.merged([p[0] for p in pairs], cl)
+            rhs = self.merged([p[1] for p in pairs], cr)
             out.append(self.make("dot_general", (lhs, rhs), g[0].attrs, g[0].type))
         return out
 
@@ -459,6 +469,18 @@ class Normaliser:
         out = self.concat(args, int(d))
         return None if out.op == "concatenate" and out.args == args else out
 
+    def merged(self, pieces: Sequence[Term], d: int) -> Term:
+        """`concat` of the blocks of a reduction being merged (what stays unjoined is recorded)."""
+        self._merging += 1
+        try:
+            return self.concat(pieces, d)
+        finally:
+            self._merging -= 1
+
+    def unjoined_in(self, t: Term) -> str | None:
+        """How blocks merged into `t` failed to join, if they did somewhere in it."""
+        return next((self.unjoined[s.id] for s in t.walk() if s.id in self.unjoined), None)
+
     def concat(self, pieces: Sequence[Term], d: int) -> Term:
         """The concatenation of `pieces` along `d`, in normal form."""
         flat: list[Term] = []
@@ -474,7 +496,10 @@ class Normaliser:
             out = rule(flat, d, type)
             if out is not None:
                 return out
-        return self.terms.apply("concatenate", tuple(flat), attrs, type)
+        joined = self.terms.apply("concatenate", tuple(flat), attrs, type)
+        if self._merging and joined.op == "concatenate":
+            self.unjoined.setdefault(joined.id, "misplaced" if _same_source(flat) else "unscaled")
+        return joined
 
     def _concat_constants(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
         if type.size > FOLD_LIMIT or not all(_is_constant(p) for p in flat):
@@ -558,6 +583,17 @@ class Normaliser:
                 col.append(a)
         args = tuple(self.concat(col, d) for col in columns)
         return self.make(head.op, args, head.attrs, type)
+
+
+def _same_source(pieces: list[Term]) -> bool:
+    """Blocks that read one tensor (through the same ops): then only their places can be wrong."""
+    def source(t: Term) -> int | None:
+        while t.op in ("select", "exponential", "subtract", "multiply", "convert", "negate"):
+            t = t.args[1] if t.op == "select" else t.args[0]
+        return t.args[0].id if t.op == "slice" else None
+
+    found = {source(p) for p in pieces if scalar_value(p) is None}
+    return len(found) == 1 and None not in found
 
 
 def _reads_concat(t: Term, depth: int = 8) -> bool:

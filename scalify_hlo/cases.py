@@ -59,6 +59,7 @@ def derive_cases(d: Deriver, region: Region, args: Sequence[Fact], axis: str, de
         cases.append(sub)
     run_ops(cases, region.ops, lambda op: _along_axis(cases[0], op, axis))
     merged = {v: _merge(d, [sub.facts[v] for sub in cases], op, axis) for op in region.ops for v in op.results}
+    record_case_terms(d, cases, region)
     results = tuple(_merge(d, [sub.facts[v] for sub in cases], None, axis, want)
                     for v, want in zip(region.results, declared, strict=True))
     # For localisation only: where the cases differ, the value of the last case whose value reaches an
@@ -121,6 +122,14 @@ def _decided(d: Deriver, f: Fact) -> bool | None:
     """The value of a boolean scalar the same on every device, if it is one."""
     g = d.lift(f)
     return ranges.bool_value(g.term) if isinstance(g, Holds) and not g.layout.partial else None
+
+
+def record_case_terms(d: Deriver, cases: list[Deriver], region: Region) -> None:
+    """Every case's term of every value in the body (loop bodies: their last iteration), for localisation."""
+    for op in walk(region.ops):
+        for v in op.results:
+            facts = [sub.lift(sub.facts[v]) if v in sub.facts else None for sub in cases]
+            d.case_terms[v] = [f.term if isinstance(f, Holds) else None for f in facts]
 
 
 def _pinned(d: Deriver, f: Fact, axis: str, i: int) -> Fact:

@@ -61,6 +61,8 @@ class Deriver:
         # Values inside a case-split shard_map body that differ per coordinate: the fact of the case that
         # reaches the outputs, shown in diagnostics (never reasoned with).
         self.case_views: dict[Value, Holds] = {}
+        # ... and every case's term of each such value (None where a case holds no term), for localisation.
+        self.case_terms: dict[Value, list[Term | None]] = {}
         self.hooks: dict[str, Callable[[Deriver, Op, tuple[Fact, ...]], tuple[Fact, ...]]] = {
             "custom_call": _custom_call,
             "manual_computation": _manual,

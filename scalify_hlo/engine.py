@@ -23,7 +23,7 @@ from .egraph import Budget, EGraph
 from .errors import MismatchError, Span, UnsupportedError, UsageError
 from .facts import Fact, Failed, Holds, Varying, view
 from .ir import Module, Op, TensorType, walk
-from .localize import localize_failure, localize_mismatch
+from .localize import localize_blocks, localize_failure, localize_mismatch
 from .mesh import Layout, Mesh
 from .program import Program, prepare
 from .report import Counterexample, Discrepancy, Equivalent, Finding, OutputProof, Report, Unknown
@@ -302,10 +302,12 @@ class _Prover:
                         found=g.layout.describe(self.ap.mesh)))
                     continue
                 term = seen
-            if term is bt or self.sync.prove(term, bt) or self._blockwise(term, bt):
+            norm = blockwise.Normaliser(self.terms)
+            if term is bt or self.sync.prove(term, bt) or self._blockwise(term, bt, norm):
                 proofs.append(OutputProof(j, (expected or g.layout).describe(self.ap.mesh)))
                 continue
-            finding = localize_mismatch(j, term, bt, self.bp, bd, self.ap, ad, self.sync)
+            finding = (localize_blocks(j, self.ap, ad, norm)
+                       or localize_mismatch(j, term, bt, self.bp, bd, self.ap, ad, self.sync))
             cex = self._counterexample(j, term, bt)
             if cex is not None:
                 evidence.append(Finding(finding.reason, finding.before, finding.after, finding.also,
@@ -321,8 +323,8 @@ class _Prover:
             return Unknown(reason, tuple(doubts))
         return Equivalent(tuple(proofs))
 
-    def _blockwise(self, term: Term, bt: Term) -> bool:
-        if not blockwise.equal(self.terms, term, bt):
+    def _blockwise(self, term: Term, bt: Term, norm: blockwise.Normaliser) -> bool:
+        if not blockwise.equal(self.terms, term, bt, norm):
             return False
         self.notes.append("the proof combined blockwise reductions (online softmax: running max, rescaled sums) "
                           "with identities exact over the reals for finite values; floating-point results may "

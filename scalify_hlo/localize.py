@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from .blockwise import Normaliser
 from .derive import Deriver
 from .facts import Failed, Holds, Varying
-from .ir import Frame, Op, walk
+from .ir import Frame, Op, Value, walk
 from .program import Program
 from .report import Finding, Site
 from .sync import Sync
@@ -185,3 +186,93 @@ def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, 
     else:
         reason = f"output {j}: could not prove it equal to the reference"
     return Finding(reason, before_site, after_site)
+
+
+_MOVEMENT = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "concatenate", "copy"})
+_COLLECTIVES = frozenset({"all_to_all", "all_gather", "all_reduce", "reduce_scatter", "collective_permute"})
+
+
+def localize_blocks(j: int, ap: Program, ad: Deriver, norm: Normaliser) -> Finding | None:
+    """Where a body derived case by case (`cases`, `per_device`) parts ways, after the block comparison
+    (`blockwise.equal`, run with `norm`) failed: the first op whose blocks do not merge although its
+    operands' do; else the op holding the first after-side term the comparison could not match. None
+    when neither applies (then the term frontier is used)."""
+    if not ad.case_terms:
+        return None
+    ops = [op for op in _ops_in_order(ap) if not op.regions and op.results]
+    producer = {v: op for op in _ops_in_order(ap) for v in op.results}
+
+    def case_term(v: Value, c: int) -> Term | None:
+        terms = ad.case_terms.get(v)
+        if terms is not None:
+            return terms[c]
+        f = ad.facts.get(v)
+        return f.term if isinstance(f, Holds) else None
+
+    for op in ops:
+        terms = ad.case_terms.get(op.results[0])
+        for c, t in enumerate(terms or ()):
+            if t is None or (kind := norm.unjoined_in(norm(t))) is None:
+                continue
+            operands = [u for v in op.operands if (u := case_term(v, c)) is not None]
+            if any(norm.unjoined_in(norm(u)) for u in operands):
+                continue
+            return _blocks_finding(j, op, kind, ap, ad, producer)
+    if norm.first_failure is None:
+        return None
+    a = norm.first_failure[0]
+    target = norm(a)
+    for op in ops:
+        terms = ad.case_terms.get(op.results[0]) or []
+        if any(t is not None and (t is a or norm(t) is target) for t in terms):
+            source: Op | None = op
+            while source is not None and source.opcode in _MOVEMENT and source.operands:
+                source = producer.get(source.operands[0])  # back through data movement to who made the data
+            if source is not None and source.opcode in _COLLECTIVES:
+                site = Site.of(source, _describe(_fact(ad, source), ap))
+                reason = (f"output {j} differs from the reference: {_what(source)} ({site.source}) delivers the "
+                          f"blocks arranged otherwise than the reference computes them (seen at {_what(op)}, "
+                          f"{Site.of(op).source})")
+                return Finding(reason, None, site, (Site.of(op),))
+            site = Site.of(op, _describe(_fact(ad, op), ap))
+            reason = (f"output {j} differs from the reference: from {_what(op)} ({site.source}) on, the blocks "
+                      "are not those of the reference's values")
+            return Finding(reason, None, site)
+    return None
+
+
+def _blocks_finding(j: int, op: Op, kind: str, ap: Program, ad: Deriver, producer: dict[Value, Op]) -> Finding:
+    site = Site.of(op, _describe(_fact(ad, op), ap))
+    if kind == "misplaced":
+        moved = _last_permute(op, producer)
+        if moved is not None:
+            where = Site.of(moved, _describe(_fact(ad, moved), ap))
+            reason = (f"output {j} differs from the reference: {_what(op)} ({site.source}) combines blocks of one "
+                      f"tensor that are not its consecutive blocks (a block is used where another belongs); the "
+                      f"blocks arrive through {_what(moved)} ({where.source})")
+            return Finding(reason, None, where, (site,))
+        reason = (f"output {j} differs from the reference: {_what(op)} ({site.source}) combines blocks of one "
+                  "tensor that are not its consecutive blocks (a block is used where another belongs)")
+        return Finding(reason, None, site)
+    reason = (f"output {j} differs from the reference: {_what(op)} ({site.source}) adds up blockwise partial "
+              "results that are not on a common scale, so they do not make one reduction over all blocks "
+              "(a rescaling is missing or wrong)")
+    return Finding(reason, None, site)
+
+
+def _last_permute(op: Op, producer: dict[Value, Op]) -> Op | None:
+    """The collective-permute (latest in program order) that `op`'s operands were computed from."""
+    seen: set[int] = set()
+    stack = list(op.operands)
+    found: list[Op] = []
+    while stack:
+        v = stack.pop()
+        src = producer.get(v)
+        if src is None or id(src) in seen:
+            continue
+        seen.add(id(src))
+        if src.opcode == "collective_permute":
+            found.append(src)
+        stack.extend(src.operands)
+    order = {id(o): k for k, o in enumerate(producer.values())}
+    return max(found, key=lambda o: order[id(o)]) if found else None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .cases import run_ops
+from .cases import record_case_terms, run_ops
 from .facts import Fact, Failed, Holds, Varying
 from .ir import Literal, Op, Region, TensorType, Value
 from .mesh import Layout, Reducer
@@ -52,6 +52,7 @@ def derive_per_device(d: Deriver, region: Region, args: Sequence[Fact], declared
             sub.facts[v] = _block(sub, f, dev)
         cases.append(sub)
     run_ops(cases, region.ops, partial(_along, devices))
+    record_case_terms(d, cases, region)
     results = tuple(_assemble(d, [sub.facts[v] for sub in cases], devices, want)
                     for v, want in zip(region.results, declared, strict=True))
     merged: dict[Value, Fact] = {}

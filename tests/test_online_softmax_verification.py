@@ -161,3 +161,20 @@ def test_masked_blocks_merge_only_with_their_own_mask() -> None:
     assert equal(terms, both, whole)
     unmasked = terms.apply("concatenate", (first, b), (("dimension", 1),), _t(4, 8))
     assert not same(terms, unmasked, whole)
+
+
+def test_missing_rescale_is_named_where_unscaled_blocks_are_added() -> None:
+    report = verify(BY_NAME["ring_attention_shard_map_no_rescale"].before,
+                    BY_NAME["ring_attention_shard_map_no_rescale"].after)
+    first = report.findings[0]
+    assert report.name == "discrepancy" and "not on a common scale" in first.reason, report.render()
+    assert first.after is not None and first.after.opcode == "add"
+
+
+def test_blocks_from_the_wrong_neighbour_blame_the_permute() -> None:
+    report = verify(BY_NAME["ring_attention_shard_map_wrong_direction"].before,
+                    BY_NAME["ring_attention_shard_map_wrong_direction"].after)
+    first = report.findings[0]
+    assert report.name == "discrepancy" and "not its consecutive blocks" in first.reason, report.render()
+    assert first.after is not None and first.after.opcode == "collective_permute"
+    assert first.also and first.also[0].source != first.after.source  # where the misplaced blocks meet

@@ -58,3 +58,10 @@ def test_take_through_reshape_and_dot_is_the_group() -> None:
         taken = push_take(terms, y, 0, g)
         assert "reshape" not in {t.op for t in taken.walk()}, taken
         np.testing.assert_allclose(evaluate(taken, env), evaluate(y, env)[g], rtol=1e-6)
+
+
+def test_all_to_all_with_the_wrong_concat_axis_is_blamed() -> None:
+    fx = BY_NAME["moe_all_to_all_shard_map_combine_axes_swapped"]
+    first = verify(fx.before, fx.after).findings[0]
+    assert first.after is not None and first.after.opcode == "all_to_all", first
+    assert "arranged otherwise" in first.reason
