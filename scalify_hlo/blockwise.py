@@ -12,27 +12,29 @@ are exact over the reals for finite values, such a term becomes the reduction ov
 - (Σ_k a)·z = Σ_k a·z;  dot(x, y)·z = dot(x·z, y) when z varies only along x's kept dims;  0·x = 0 when x
   cannot overflow (a finite constant, or exp(c - y) with c the lowest finite value: the first rescaling)
 - exp(a)·exp(b) = exp(a + b);  dot(a / z, y) = dot(a, y) / z when z is constant along the contraction
-- blocks of one masked tensor, side by side, are the tensor:
+- blocks side by side are the tensor they are blocks of (`joins.py`), e.g. for a masked tensor
   concat(select(c, x[w1], f), x[w2], f) = select(concat(c, true), x[w1 ∪ w2], f)
 
 Under a commutative reduction blocks may be put in any order; they are sorted by where they come from
 (the offset of the slice they read), which puts a ring's rotated blocks back in sequence.
 
-This is a fallback for outputs the ordinary proof leaves open: `equal` normalises both sides (the reference
-block by block when the after program returns blocks, see `push_slice`) and compares them. It never makes
-two different values equal; when it cannot decide it says not proven.
+This is a fallback for outputs the ordinary proof leaves open. `equal` compares an after term with the
+reference's: equal normal forms; or, where the after term concatenates blocks (one per case of a case
+split, one per expert block an all_to_all brought back), each block against that block of the reference
+(`pushing.push_slice`, `push_take`); or the same op on operands equal in turn (congruence). It never
+makes two different values equal; when it cannot decide it says not proven.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .ir import DotDims, TensorType
+from .joins import Joins, block_order, is_constant
 from .pushing import FOLD_LIMIT, constant_value, folded, push_slice, squeeze_units
-from .slicing import slice_of
 from .terms import ELEMENTWISE, AttrKey, Term, Terms, scalar_value
 
 FUEL = 200_000  # rewrites per comparison, then the answer is "not proven"
@@ -121,7 +123,7 @@ def _reshaped_pieces(terms: Terms, t: Term) -> Term | None:
 Rule = Callable[[tuple[Term, ...], AttrKey, TensorType], "Term | None"]
 
 
-class Normaliser:
+class Normaliser(Joins):
     """Rewrites terms bottom up to the normal form of the module docstring (memoised per term)."""
 
     def __init__(self, terms: Terms) -> None:
@@ -169,7 +171,7 @@ class Normaliser:
         return self(self.terms.apply(op, args, attrs, type))
 
     def rewrite(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
-        if op not in ("constant", "reduce") and type.size <= FOLD_LIMIT and all(_is_constant(a) for a in args):
+        if op not in ("constant", "reduce") and type.size <= FOLD_LIMIT and all(is_constant(a) for a in args):
             t = self.terms.apply(op, args, attrs, type)
             value = constant_value(t)
             if value is not None:
@@ -225,7 +227,7 @@ class Normaliser:
             if len(g) < 2:
                 continue
             (d,) = g[0].attr("dimensions")
-            pieces = sorted((r.args[0] for r in g), key=lambda x: _order(x, d))
+            pieces = sorted((r.args[0] for r in g), key=lambda x: block_order(x, d))
             whole = self.merged(pieces, d)
             out.append(self.make("reduce", (whole, g[0].args[1]), g[0].attrs, g[0].type))
         return out
@@ -306,7 +308,7 @@ class Normaliser:
             dims = g[0].attr("dot_dimension_numbers")
             (cl,), (cr,) = dims.lhs_contract, dims.rhs_contract
             pairs = [p for d in g for p in self._dot_pieces(d, cl, cr)]
-            pairs.sort(key=lambda p: min(_order(p[0], cl), _order(p[1], cr)))
+            pairs.sort(key=lambda p: min(block_order(p[0], cl), block_order(p[1], cr)))
             lhs = self.merged([p[0] for p in pairs], cl)
             rhs = self.merged([p[1] for p in pairs], cr)
             out.append(self.make("dot_general", (lhs, rhs), g[0].attrs, g[0].type))
@@ -461,141 +463,6 @@ class Normaliser:
         body = self.make(op, tuple(inner), attrs, TensorType(inner_shape, type.dtype))
         return self.make("transpose", (body,), (("permutation", perm),), type)
 
-    # -- concatenation -------------------------------------------------------------------------------
-    def _concatenate(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
-        d = dict(attrs).get("dimension")
-        if d is None:
-            return None
-        out = self.concat(args, int(d))
-        return None if out.op == "concatenate" and out.args == args else out
-
-    def merged(self, pieces: Sequence[Term], d: int) -> Term:
-        """`concat` of the blocks of a reduction being merged (what stays unjoined is recorded)."""
-        self._merging += 1
-        try:
-            return self.concat(pieces, d)
-        finally:
-            self._merging -= 1
-
-    def unjoined_in(self, t: Term) -> str | None:
-        """How blocks merged into `t` failed to join, if they did somewhere in it."""
-        return next((self.unjoined[s.id] for s in t.walk() if s.id in self.unjoined), None)
-
-    def concat(self, pieces: Sequence[Term], d: int) -> Term:
-        """The concatenation of `pieces` along `d`, in normal form."""
-        flat: list[Term] = []
-        for p in pieces:
-            flat.extend(p.args if p.op == "concatenate" and p.attr("dimension") == d else (p,))
-        if len(flat) == 1:
-            return flat[0]
-        shape = list(flat[0].type.shape)
-        shape[d] = sum(p.type.shape[d] for p in flat)
-        type = TensorType(tuple(shape), flat[0].type.dtype)
-        attrs: AttrKey = (("dimension", d),)
-        for rule in (self._concat_constants, self._concat_broadcasts, self._concat_masked, self._concat_elementwise):
-            out = rule(flat, d, type)
-            if out is not None:
-                return out
-        joined = self.terms.apply("concatenate", tuple(flat), attrs, type)
-        if self._merging and joined.op == "concatenate":
-            self.unjoined.setdefault(joined.id, "misplaced" if _same_source(flat) else "unscaled")
-        return joined
-
-    def _concat_constants(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
-        if type.size > FOLD_LIMIT or not all(_is_constant(p) for p in flat):
-            return None
-        values: list[np.ndarray] = []
-        for p in flat:
-            if (v := constant_value(p)) is None:
-                return None
-            values.append(np.broadcast_to(v, p.type.shape))
-        whole = np.concatenate(values, axis=d)
-        return folded(self.terms, whole, type)
-
-    def _concat_broadcasts(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
-        """Copies of one broadcast along a dim it stretches: the broadcast, wider."""
-        first = flat[0]
-        if first.op != "broadcast_in_dim" or d in first.attr("broadcast_dimensions"):
-            return None
-        if any(p.op != "broadcast_in_dim" or p.args[0] is not first.args[0] or p.attrs != first.attrs for p in flat):
-            return None
-        return self.make("broadcast_in_dim", first.args, first.attrs, type)
-
-    def _concat_masked(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
-        """Blocks of `select(mask, x, fill)` read at consecutive windows of `x` (a block the mask clears
-        entirely is just `fill`, one it keeps entirely just `x`'s window): the select over the union."""
-        parsed: list[tuple[np.ndarray | bool, Term | None, tuple[int, ...] | None, float | None]] = []
-        for p in flat:
-            if p.op == "select" and p.args[1].op == "slice" and (f := scalar_value(p.args[2])) is not None:
-                value = constant_value(p.args[0]) if p.args[0].type.size <= FOLD_LIMIT else None
-                if value is None:
-                    return None
-                parsed.append((np.broadcast_to(value, p.type.shape), p.args[1], None, f))
-            elif p.op == "slice":
-                parsed.append((True, p, None, None))
-            elif (f := scalar_value(p)) is not None:
-                parsed.append((False, None, None, f))
-            else:
-                return None
-        sources = {s.args[0].id for _, s, _, _ in parsed if s is not None}
-        fills = {f for _, _, _, f in parsed if f is not None}
-        if len(sources) != 1 or len(fills) != 1 or all(s is None for _, s, _, _ in parsed):
-            return None
-        known = [(k, s) for k, (_, s, _, _) in enumerate(parsed) if s is not None]
-        if any(not all(st == 1 for st in (s.attr("strides") or ())) for _, s in known):
-            return None
-        k0, s0 = known[0]
-        x = s0.args[0]
-        lo0, hi0 = tuple(s0.attr("start_indices")), tuple(s0.attr("limit_indices"))
-        start = lo0[d] - sum(p.type.shape[d] for p in flat[:k0])
-        pos = start
-        for k, p in enumerate(flat):
-            s = parsed[k][1]
-            if s is not None:
-                lo, hi = tuple(s.attr("start_indices")), tuple(s.attr("limit_indices"))
-                if lo[d] != pos or any(lo[i] != lo0[i] or hi[i] != hi0[i] for i in range(len(lo)) if i != d):
-                    return None
-            pos += p.type.shape[d]
-        if start < 0 or pos > x.type.shape[d]:
-            return None
-        mask = np.concatenate([np.broadcast_to(m, p.type.shape) if not isinstance(m, bool)
-                               else np.full(p.type.shape, m) for (m, _, _, _), p in zip(parsed, flat, strict=True)],
-                              axis=d)
-        (fill,) = fills
-        lo = tuple(start if i == d else a for i, a in enumerate(lo0))
-        hi = tuple(pos if i == d else b for i, b in enumerate(hi0))
-        window = slice_of(self.terms, x, lo, hi)
-        pred_type = TensorType(type.shape, "i1")
-        pred = folded(self.terms, mask, pred_type)
-        return self.make("select", (pred, window, self.terms.splat(fill, type)), (), type)
-
-    def _concat_elementwise(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
-        """op(a1, b1) ++ op(a2, b2) = op(a1 ++ a2, b1 ++ b2) (a broadcast of op(...) seen as op of broadcasts)."""
-        head = next((p for p in flat if p.op in ELEMENTWISE), None)
-        if head is None or any(a.type.shape != head.type.shape for a in head.args):
-            return None
-        columns: list[list[Term]] = [[] for _ in head.args]
-        for p in flat:
-            view = _elementwise_view(self, p, head)
-            if view is None:
-                return None
-            for col, a in zip(columns, view, strict=True):
-                col.append(a)
-        args = tuple(self.concat(col, d) for col in columns)
-        return self.make(head.op, args, head.attrs, type)
-
-
-def _same_source(pieces: list[Term]) -> bool:
-    """Blocks that read one tensor (through the same ops): then only their places can be wrong."""
-    def source(t: Term) -> int | None:
-        while t.op in ("select", "exponential", "subtract", "multiply", "convert", "negate"):
-            t = t.args[1] if t.op == "select" else t.args[0]
-        return t.args[0].id if t.op == "slice" else None
-
-    found = {source(p) for p in pieces if scalar_value(p) is None}
-    return len(found) == 1 and None not in found
-
-
 def _reads_concat(t: Term, depth: int = 8) -> bool:
     """Whether a concatenation is within `depth` ops of `t` (through ops a slice can move into)."""
     if t.op == "concatenate":
@@ -617,15 +484,6 @@ def _bounded(t: Term) -> bool:
         return False
     low = scalar_value(t.args[0].args[0])
     return low is not None and low <= _LOWEST.get(t.type.dtype, -np.inf)
-
-
-def _elementwise_view(n: Normaliser, p: Term, head: Term) -> tuple[Term, ...] | None:
-    if p.op == head.op and p.attrs == head.attrs and len(p.args) == len(head.args):
-        return p.args
-    if p.op == "broadcast_in_dim" and (inner := p.args[0]).op == head.op and inner.attrs == head.attrs:
-        return tuple(n.terms.apply("broadcast_in_dim", (a,), p.attrs, TensorType(p.type.shape, a.type.dtype))
-                     for a in inner.args)
-    return None
 
 
 def _exponent(n: Normaliser, t: Term) -> Term | None:
@@ -660,32 +518,7 @@ def _accumulate(form: dict[int, tuple[Term, int]], atom: Term, c: int) -> None:
     form[atom.id] = (atom, old + c)
 
 
-def _is_constant(t: Term) -> bool:
-    return t.op == "constant" or (t.op == "broadcast_in_dim" and t.args[0].op == "constant")
-
-
 def _is_float(type: TensorType) -> bool:
     return type.dtype.startswith(("f", "bf"))
 
 
-def _order(t: Term, dim: int) -> tuple[int, int]:
-    """Where a block comes from along `dim`: the offset of the first slice it reads along that dim, followed
-    through ops that keep the dim (blocks that read none, such as a fully masked block, go last)."""
-    stack = [(t, dim)]
-    seen: set[tuple[int, int]] = set()
-    while stack:
-        s, k = stack.pop()
-        if (s.id, k) in seen:
-            continue
-        seen.add((s.id, k))
-        if s.op == "slice":
-            return 0, int(s.attr("start_indices")[k])
-        if s.op in ELEMENTWISE:
-            stack.extend((a, k) for a in reversed(s.args) if a.type.shape == s.type.shape)
-        elif s.op == "broadcast_in_dim" and k in (dims := tuple(s.attr("broadcast_dimensions"))):
-            stack.append((s.args[0], dims.index(k)))
-        elif s.op == "transpose":
-            stack.append((s.args[0], int(s.attr("permutation")[k])))
-        elif s.op == "concatenate" and s.args:
-            stack.append((s.args[0], k))
-    return 1, 0
