@@ -178,11 +178,14 @@ def _collective(devices: list[int], cases: list[Deriver], op: Op) -> list[tuple[
 
     position = {dev: k for k, dev in enumerate(devices)}
     groups = _groups(op, devices)
+    if groups is not None and sorted(g for group in groups for g in group) != sorted(devices):
+        groups = None  # not a partition of the devices: nothing to say about who receives what
     out: list[list[Fact]] = [[] for _ in cases]
     for v, res in zip(op.operands, op.results, strict=True):
         terms = _terms_of(cases, v)
         if not isinstance(terms, list) or groups is None:
-            bad = terms if isinstance(terms, Failed) else cases[0].ctx.unsupported(op, "cross-replica groups")
+            bad = terms if isinstance(terms, Failed) else cases[0].ctx.unsupported(
+                op, "replica groups that are not a partition of the devices (or cross-replica ones)")
             for o in out:
                 o.append(bad)
             continue
