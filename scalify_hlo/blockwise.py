@@ -28,6 +28,7 @@ makes two different values equal; when it cannot decide it says not proven.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -227,7 +228,7 @@ class Normaliser(Joins):
             if len(g) < 2:
                 continue
             (d,) = g[0].attr("dimensions")
-            pieces = sorted((r.args[0] for r in g), key=lambda x: block_order(x, d))
+            pieces = sorted((p for r in g for p in self._split(r.args[0], d)), key=lambda x: block_order(x, d))
             whole = self.merged(pieces, d)
             out.append(self.make("reduce", (whole, g[0].args[1]), g[0].attrs, g[0].type))
         return out
@@ -315,21 +316,25 @@ class Normaliser(Joins):
         return out
 
     def _dot_pieces(self, d: Term, cl: int, cr: int) -> list[tuple[Term, Term]]:
-        """dot(x, concat(y1, y2)) as its pieces (x[.., w1], y1), (x[.., w2], y2) along the contraction."""
+        """dot(x, y) as the pairs of its blocks along the contraction, cut where either operand is a
+        concatenation of blocks merged earlier (each pair then sorts on its own)."""
         x, y = d.args
-        for this, other, c, oc, flip in ((x, y, cl, cr, False), (y, x, cr, cl, True)):
-            if this.op == "concatenate" and this.attr("dimension") == c:
-                pieces: list[tuple[Term, Term]] = []
-                start = 0
-                for p in this.args:
-                    m = p.type.shape[c]
-                    lo = tuple(start if k == oc else 0 for k in range(other.type.rank))
-                    hi = tuple(start + m if k == oc else n for k, n in enumerate(other.type.shape))
-                    q = self(push_slice(self.terms, other, lo, hi))
-                    pieces.append((q, p) if flip else (p, q))
-                    start += m
-                return pieces
-        return [(x, y)]
+        cuts = sorted(set(_cuts(x, cl)) | set(_cuts(y, cr)))
+        if not cuts:
+            return [(x, y)]
+        bounds = [0, *cuts, x.type.shape[cl]]
+        return [(self._window(x, cl, a, b), self._window(y, cr, a, b)) for a, b in pairwise(bounds)]
+
+    def _split(self, x: Term, d: int) -> list[Term]:
+        """`x` as its blocks along `d`, where it is a concatenation of blocks merged earlier."""
+        cuts = _cuts(x, d)
+        bounds = [0, *cuts, x.type.shape[d]]
+        return [self._window(x, d, a, b) for a, b in pairwise(bounds)] if cuts else [x]
+
+    def _window(self, x: Term, d: int, a: int, b: int) -> Term:
+        lo = tuple(a if k == d else 0 for k in range(x.type.rank))
+        hi = tuple(b if k == d else n for k, n in enumerate(x.type.shape))
+        return self(push_slice(self.terms, x, lo, hi))
 
     # -- products ------------------------------------------------------------------------------------
     def _multiply(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
@@ -462,6 +467,26 @@ class Normaliser(Joins):
                 return None
         body = self.make(op, tuple(inner), attrs, TensorType(inner_shape, type.dtype))
         return self.make("transpose", (body,), (("permutation", perm),), type)
+
+def _cuts(t: Term, dim: int) -> list[int]:
+    """Where `t` is cut into concatenated blocks along `dim`: the inner boundaries of the first
+    concatenation along that dim, followed through ops that keep the dim (elementwise, broadcasts)."""
+    stack = [(t, dim)]
+    seen: set[tuple[int, int]] = set()
+    while stack:
+        s, k = stack.pop()
+        if (s.id, k) in seen:
+            continue
+        seen.add((s.id, k))
+        if s.op == "concatenate" and s.attr("dimension") == k:
+            sizes = np.cumsum([p.type.shape[k] for p in s.args])[:-1]
+            return [int(c) for c in sizes]
+        if s.op in ELEMENTWISE:
+            stack.extend((a, k) for a in reversed(s.args) if a.type.shape == s.type.shape)
+        elif s.op == "broadcast_in_dim" and k in (dims := tuple(s.attr("broadcast_dimensions"))):
+            stack.append((s.args[0], dims.index(k)))
+    return []
+
 
 def _reads_concat(t: Term, depth: int = 8) -> bool:
     """Whether a concatenation is within `depth` ops of `t` (through ops a slice can move into)."""

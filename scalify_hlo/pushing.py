@@ -10,31 +10,34 @@ the cut through the ops for which the cut dims are batch dims, rebuilding each o
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .ir import DotDims, Literal, TensorType
 from .slicing import slice_of
 from .terms import ELEMENTWISE, Term, Terms
 
+Memo = dict[tuple[Any, ...], "Term | None"]  # what a cut of a term became (None: being computed)
 FOLD_LIMIT = 1 << 16  # elements: constant-only terms up to this size are folded to their values
 _LEAVES = frozenset({"param", "var", "nothing_received"})
 
-def push_slice(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...],
-               memo: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Term] | None = None) -> Term:
+def push_slice(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...], memo: Memo | None = None) -> Term:
     """`t[lo:hi]`, with the slice moved into `t` through ops for which the sliced dims are batch dims
     (elementwise ops, broadcasts, transposes, the kept dims of reductions, the free and batch dims of
     dot_general) and folded into constants. Exact."""
     memo = {} if memo is None else memo
-    key = (t.id, lo, hi)
+    key = ("slice", t.id, lo, hi)
     if key in memo:
-        return memo[key]
-    out = _push(terms, t, lo, hi, memo)
-    memo[key] = out
+        done = memo[key]
+        return done if done is not None else slice_of(terms, t, lo, hi)  # met again while pushing it: stop
+    memo[key] = None
+    out = memo[key] = _push(terms, t, lo, hi, memo)
     return out
 
 
 def _push(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...],
-          memo: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Term]) -> Term:
+          memo: Memo) -> Term:
     shape = t.type.shape
     if lo == (0,) * len(shape) and hi == shape:
         return t
@@ -86,7 +89,7 @@ def _push(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...],
 
 
 def _slice_concat(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...], out_type: TensorType,
-                  memo: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Term]) -> Term:
+                  memo: Memo) -> Term:
     """A window of a concatenation: the windows of the pieces it overlaps, concatenated."""
     d = int(t.attr("dimension"))
     parts: list[Term] = []
@@ -105,7 +108,7 @@ def _slice_concat(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...
 
 
 def _slice_reshape(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...], out_type: TensorType,
-                   memo: dict[tuple[int, tuple[int, ...], tuple[int, ...]], Term]) -> Term | None:
+                   memo: Memo) -> Term | None:
     """A window on one out dim of a reshape as a cut of the operand: `x[64, d] -> [8, 8, d]` rows of one
     group, or `x[8, 8, d] -> [64, d]` rows `[8g, 8g + 8)` = group `g`."""
     cut = [k for k in range(len(lo)) if (lo[k], hi[k]) != (0, t.type.shape[k])]
@@ -127,7 +130,7 @@ def _slice_reshape(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ..
         below = int(np.prod(xs[j + 1:], dtype=np.int64))
         first, last = a // below, (b - 1) // below
         if first == last and (b - a) <= below:
-            taken = push_take(terms, taken, dim, first % xs[j])
+            taken = push_take(terms, taken, dim, first % xs[j], memo)
             a, b = a - first * below, b - first * below
             continue
         if a % below or b % below:
@@ -172,15 +175,26 @@ def constant_value(t: Term) -> np.ndarray | None:
 
 
 
-def push_take(terms: Terms, t: Term, dim: int, index: int,
-              memo: dict[tuple[int, int, int], Term] | None = None) -> Term:
+def push_take(terms: Terms, t: Term, dim: int, index: int, memo: Memo | None = None) -> Term:
     """`t` at `index` along `dim`, that dim dropped (one group of a vmapped computation), with the cut
     moved into `t` like `push_slice`'s. Exact."""
     memo = {} if memo is None else memo
-    key = (t.id, dim, index)
-    if key not in memo:
-        memo[key] = _take(terms, t, dim, index, memo)
-    return memo[key]
+    key = ("take", t.id, dim, index)
+    if key in memo:
+        done = memo[key]
+        return done if done is not None else _take_whole(terms, t, dim, index)  # met again: stop
+    memo[key] = None
+    out = memo[key] = _take(terms, t, dim, index, memo)
+    return out
+
+
+def _take_whole(terms: Terms, t: Term, dim: int, index: int) -> Term:
+    """The take as a slice and a reshape of `t` itself (not moved inward)."""
+    shape = t.type.shape
+    lo = tuple(index if k == dim else 0 for k in range(len(shape)))
+    hi = tuple(index + 1 if k == dim else n for k, n in enumerate(shape))
+    out_type = TensorType(shape[:dim] + shape[dim + 1:], t.type.dtype)
+    return terms.apply("reshape", (slice_of(terms, t, lo, hi),), (), out_type)
 
 
 def _drop(dims: tuple[int, ...], k: int) -> tuple[int, ...]:
@@ -188,7 +202,7 @@ def _drop(dims: tuple[int, ...], k: int) -> tuple[int, ...]:
     return dims if k < 0 else tuple(d - (d > k) for d in dims if d != k)
 
 
-def _take(terms: Terms, t: Term, dim: int, index: int, memo: dict[tuple[int, int, int], Term]) -> Term:
+def _take(terms: Terms, t: Term, dim: int, index: int, memo: Memo) -> Term:
     shape = t.type.shape
     out_type = TensorType(shape[:dim] + shape[dim + 1:], t.type.dtype)
     if t.type.size <= FOLD_LIMIT and (value := constant_value(t)) is not None:
@@ -197,7 +211,7 @@ def _take(terms: Terms, t: Term, dim: int, index: int, memo: dict[tuple[int, int
     if op == "slice" and all(s == 1 for s in (t.attr("strides") or ())):
         lo, hi = tuple(t.attr("start_indices")), tuple(t.attr("limit_indices"))
         inner = push_take(terms, t.args[0], dim, lo[dim] + index, memo)
-        return push_slice(terms, inner, lo[:dim] + lo[dim + 1:], hi[:dim] + hi[dim + 1:])
+        return push_slice(terms, inner, lo[:dim] + lo[dim + 1:], hi[:dim] + hi[dim + 1:], memo)
     if op == "broadcast_in_dim":
         (x,) = t.args
         dims = tuple(t.attr("broadcast_dimensions"))
@@ -240,13 +254,11 @@ def _take(terms: Terms, t: Term, dim: int, index: int, memo: dict[tuple[int, int
         else:
             pieces = tuple(push_take(terms, p, dim, index, memo) for p in t.args)
             return terms.apply(op, pieces, (("dimension", d - (d > dim)),), out_type)
-    lo = tuple(index if k == dim else 0 for k in range(len(shape)))
-    hi = tuple(index + 1 if k == dim else n for k, n in enumerate(shape))
-    return terms.apply("reshape", (slice_of(terms, t, lo, hi),), (), out_type)
+    return _take_whole(terms, t, dim, index)
 
 
 def _take_dot(terms: Terms, t: Term, dims: DotDims, dim: int, index: int, out_type: TensorType,
-              memo: dict[tuple[int, int, int], Term]) -> Term:
+              memo: Memo) -> Term:
     x, y = t.args
     nb = len(dims.lhs_batch)
     lfree = [j for j in range(x.type.rank) if j not in (*dims.lhs_batch, *dims.lhs_contract)]
@@ -294,7 +306,7 @@ def _drop_window_attrs(t: Term, dim: int) -> tuple[tuple[str, object], ...]:
 
 
 def _take_reshape(terms: Terms, t: Term, dim: int, index: int, out_type: TensorType,
-                  memo: dict[tuple[int, int, int], Term]) -> Term | None:
+                  memo: Memo) -> Term | None:
     """Through a reshape (row-major): the out dim is a range of one operand dim, or a run of operand dims
     fixed to the digits of `index`."""
     (x,) = t.args
@@ -320,7 +332,7 @@ def _take_reshape(terms: Terms, t: Term, dim: int, index: int, out_type: TensorT
             rows = inner // below
             lo = tuple(index * rows if k == p else 0 for k in range(len(xs)))
             hi = tuple((index + 1) * rows if k == p else n for k, n in enumerate(xs))
-            return terms.apply("reshape", (push_slice(terms, x, lo, hi),), (), out_type)
+            return terms.apply("reshape", (push_slice(terms, x, lo, hi, memo),), (), out_type)
     return None
 
 
