@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .ir import DotDims, TensorType
-from .joins import Joins, block_order, is_constant
+from .joins import Joins, block_order, follow_dim, is_constant
 from .pushing import FOLD_LIMIT, constant_value, folded, push_slice, squeeze_units
 from .terms import ELEMENTWISE, AttrKey, Term, Terms, scalar_value
 
@@ -217,16 +217,11 @@ class Normaliser(Joins):
     def _merge_reductions(self, atoms: list[Term], reducer: str) -> list[Term] | None:
         """Reductions over one dim of same-shaped operands, merged into one reduction of their
         concatenation (blocks sorted by origin); None if there is nothing to merge."""
-        groups: dict[tuple[Any, ...], list[Term]] = {}
-        for a in atoms:
-            if _single_reduce(a, reducer):
-                groups.setdefault((a.attrs, a.type, a.args[1].id), []).append(a)
-        if all(len(g) < 2 for g in groups.values()):
+        grouped = _groups(atoms, lambda a: (a.attrs, a.type, a.args[1].id) if _single_reduce(a, reducer) else None)
+        if grouped is None:
             return None
-        out = [a for a in atoms if not any(a in g for g in groups.values() if len(g) >= 2)]
-        for g in groups.values():
-            if len(g) < 2:
-                continue
+        out, groups = grouped
+        for g in groups:
             (d,) = g[0].attr("dimensions")
             pieces = sorted((p for r in g for p in self._split(r.args[0], d)), key=lambda x: block_order(x, d))
             whole = self.merged(pieces, d)
@@ -295,17 +290,17 @@ class Normaliser(Joins):
     def _merge_sums(self, atoms: list[Term], kind: str) -> list[Term] | None:
         if kind == "sum":
             return self._merge_reductions(atoms, "sum")
-        groups: dict[tuple[Any, ...], list[Term]] = {}
-        for a in atoms:
+        def key(a: Term) -> tuple[Any, ...] | None:
             dims = a.attr("dot_dimension_numbers")
             if a.op == "dot_general" and isinstance(dims, DotDims) and len(dims.lhs_contract) == 1:
-                groups.setdefault((a.attrs, a.type, a.args[0].type.rank, a.args[1].type.rank), []).append(a)
-        if all(len(g) < 2 for g in groups.values()):
+                return (a.attrs, a.type, a.args[0].type.rank, a.args[1].type.rank)
             return None
-        out = [a for a in atoms if not any(a in g for g in groups.values() if len(g) >= 2)]
-        for g in groups.values():
-            if len(g) < 2:
-                continue
+
+        grouped = _groups(atoms, key)
+        if grouped is None:
+            return None
+        out, groups = grouped
+        for g in groups:
             dims = g[0].attr("dot_dimension_numbers")
             (cl,), (cr,) = dims.lhs_contract, dims.rhs_contract
             pairs = [p for d in g for p in self._dot_pieces(d, cl, cr)]
@@ -468,23 +463,26 @@ class Normaliser(Joins):
         body = self.make(op, tuple(inner), attrs, TensorType(inner_shape, type.dtype))
         return self.make("transpose", (body,), (("permutation", perm),), type)
 
+def _groups(atoms: list[Term], key: Callable[[Term], tuple[Any, ...] | None]
+            ) -> tuple[list[Term], list[list[Term]]] | None:
+    """The atoms that share a key with another (to be merged), apart from the rest; None if none do."""
+    by_key: dict[tuple[Any, ...], list[Term]] = {}
+    for a in atoms:
+        if (k := key(a)) is not None:
+            by_key.setdefault(k, []).append(a)
+    groups = [g for g in by_key.values() if len(g) >= 2]
+    if not groups:
+        return None
+    merging = {a.id for g in groups for a in g}
+    return [a for a in atoms if a.id not in merging], groups
+
+
 def _cuts(t: Term, dim: int) -> list[int]:
     """Where `t` is cut into concatenated blocks along `dim`: the inner boundaries of the first
-    concatenation along that dim, followed through ops that keep the dim (elementwise, broadcasts)."""
-    stack = [(t, dim)]
-    seen: set[tuple[int, int]] = set()
-    while stack:
-        s, k = stack.pop()
-        if (s.id, k) in seen:
-            continue
-        seen.add((s.id, k))
+    concatenation along that dim it is made of."""
+    for s, k in follow_dim(t, dim):
         if s.op == "concatenate" and s.attr("dimension") == k:
-            sizes = np.cumsum([p.type.shape[k] for p in s.args])[:-1]
-            return [int(c) for c in sizes]
-        if s.op in ELEMENTWISE:
-            stack.extend((a, k) for a in reversed(s.args) if a.type.shape == s.type.shape)
-        elif s.op == "broadcast_in_dim" and k in (dims := tuple(s.attr("broadcast_dimensions"))):
-            stack.append((s.args[0], dims.index(k)))
+            return [int(c) for c in np.cumsum([p.type.shape[k] for p in s.args])[:-1]]
     return []
 
 

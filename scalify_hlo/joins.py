@@ -11,7 +11,7 @@ being merged is recorded (`unjoined`): localisation names the op that made it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -174,9 +174,9 @@ def _elementwise_view(n: Joins, p: Term, head: Term) -> tuple[Term, ...] | None:
     return None
 
 
-def block_order(t: Term, dim: int) -> tuple[int, int]:
-    """Where a block comes from along `dim`: the offset of the first slice it reads along that dim, followed
-    through ops that keep the dim (blocks that read none, such as a fully masked block, go last)."""
+def follow_dim(t: Term, dim: int) -> Iterator[tuple[Term, int]]:
+    """The subterms of `t` that dim `dim` runs through (with its number there), depth first: through
+    elementwise ops, broadcasts that keep the dim, transposes, and the first block of a concatenation."""
     stack = [(t, dim)]
     seen: set[tuple[int, int]] = set()
     while stack:
@@ -184,8 +184,7 @@ def block_order(t: Term, dim: int) -> tuple[int, int]:
         if (s.id, k) in seen:
             continue
         seen.add((s.id, k))
-        if s.op == "slice":
-            return 0, int(s.attr("start_indices")[k])
+        yield s, k
         if s.op in ELEMENTWISE:
             stack.extend((a, k) for a in reversed(s.args) if a.type.shape == s.type.shape)
         elif s.op == "broadcast_in_dim" and k in (dims := tuple(s.attr("broadcast_dimensions"))):
@@ -194,7 +193,13 @@ def block_order(t: Term, dim: int) -> tuple[int, int]:
             stack.append((s.args[0], int(s.attr("permutation")[k])))
         elif s.op == "concatenate" and s.args:
             stack.append((s.args[0], k))
-    return 1, 0
+
+
+def block_order(t: Term, dim: int) -> tuple[int, int]:
+    """Where a block comes from along `dim`: the offset of the first slice it reads along that dim
+    (blocks that read none, such as a fully masked block, go last)."""
+    return next(((0, int(s.attr("start_indices")[k])) for s, k in follow_dim(t, dim) if s.op == "slice"), (1, 0))
+
 
 def is_constant(t: Term) -> bool:
     return t.op == "constant" or (t.op == "broadcast_in_dim" and t.args[0].op == "constant")

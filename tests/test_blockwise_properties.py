@@ -163,33 +163,30 @@ def _whole(terms: Terms, s: Term, v: Term) -> Term:
     return terms.apply("dot_general", (p, v), dims, _t(rows, v.type.shape[1]))
 
 
-def _blocking(rng: np.random.Generator) -> tuple[list[int], list[int]]:
-    """Two to four key blocks of 2 to 4 keys each, and an order to visit them in."""
+def _ring_case(seed: int, broken: str) -> tuple[Terms, Term, Term, dict[int, np.ndarray], tuple[list[int], list[int]]]:
+    """Two to four key blocks of 2 to 4 keys each, visited in a random order: (terms, online, whole,
+    random inputs, (cuts, order))."""
+    rng = np.random.default_rng(seed)
     sizes = [int(m) for m in rng.integers(2, 5, size=int(rng.integers(2, 5)))]
-    return [0, *np.cumsum(sizes).tolist()], [int(b) for b in rng.permutation(len(sizes))]
+    cuts, order = [0, *np.cumsum(sizes).tolist()], [int(b) for b in rng.permutation(len(sizes))]
+    keys = cuts[-1]
+    terms = Terms()
+    s, v = terms.param(0, _t(3, keys), "s"), terms.param(1, _t(keys, 2), "v")
+    env = {s.id: rng.standard_normal((3, keys)).astype(np.float32) * 3,
+           v.id: rng.standard_normal((keys, 2)).astype(np.float32)}
+    return terms, _attention(terms, s, v, cuts, order, broken), _whole(terms, s, v), env, (cuts, order)
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_online_softmax_over_any_blocking_is_proven(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    cuts, order = _blocking(rng)
-    keys = cuts[-1]
-    terms = Terms()
-    s, v = terms.param(0, _t(3, keys), "s"), terms.param(1, _t(keys, 2), "v")
-    assert equal(terms, _attention(terms, s, v, cuts, order, ""), _whole(terms, s, v)), (cuts, order)
+    terms, online, whole, _, blocking = _ring_case(seed, "")
+    assert equal(terms, online, whole), blocking
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.sampled_from(["denominator", "output", "max", "value"]))
 def test_broken_online_softmax_is_never_equal_when_the_numbers_differ(seed: int, broken: str) -> None:
-    rng = np.random.default_rng(seed)
-    cuts, order = _blocking(rng)
-    keys = cuts[-1]
-    terms = Terms()
-    s, v = terms.param(0, _t(3, keys), "s"), terms.param(1, _t(keys, 2), "v")
-    after, before = _attention(terms, s, v, cuts, order, broken), _whole(terms, s, v)
-    if not equal(terms, after, before):
-        return
-    env = {s.id: rng.standard_normal((3, keys)).astype(np.float32) * 3, v.id: rng.standard_normal((keys, 2))}
-    np.testing.assert_allclose(evaluate(after, env), evaluate(before, env), rtol=1e-4, atol=1e-5)
+    terms, online, whole, env, _ = _ring_case(seed, broken)
+    if equal(terms, online, whole):
+        np.testing.assert_allclose(evaluate(online, env), evaluate(whole, env), rtol=1e-4, atol=1e-5)
