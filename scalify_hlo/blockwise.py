@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .ir import DotDims, TensorType
-from .joins import Joins, block_order, follow_dim, is_constant
+from .joins import Joins, as_broadcast, block_order, broadcast, follow_dim, is_constant
 from .pushing import FOLD_LIMIT, constant_value, folded, push_slice, squeeze_units
 from .terms import ELEMENTWISE, AttrKey, Term, Terms, scalar_value
 
@@ -260,12 +260,12 @@ class Normaliser(Joins):
             return form
         if t.op == "multiply" and scalar_value(t.args[1]) == -1.0:
             return {k: (atom, -c) for k, (atom, c) in self._linear(t.args[0]).items()}
-        if t.op == "broadcast_in_dim" and t.args[0].op in ("add", "subtract", "multiply") and scalar_value(t) is None:
-            inner = self._linear(t.args[0])
+        view = as_broadcast(t) if scalar_value(t) is None else None
+        if view is not None and view[0].op in ("add", "subtract", "multiply"):
+            inner = self._linear(view[0])
             if len(inner) > 1 or any(c != 1 for _, c in inner.values()):
                 for atom, c in inner.values():
-                    b = self.make("broadcast_in_dim", (atom,), t.attrs, TensorType(t.type.shape, atom.type.dtype))
-                    _accumulate(form, b, c)
+                    _accumulate(form, broadcast(self, atom, view[1], t.type.shape), c)
                 return form
         _accumulate(form, t, 1)
         return form
@@ -352,7 +352,7 @@ class Normaliser(Joins):
                 inner = self.make("multiply", (x, zb), (), x.type)
                 return self.make("reduce", (inner, r.args[1]), r.attrs, r.type)
         for dt, z in ((a, b), (b, a)):
-            if dt.op == "dot_general" and z.op == "broadcast_in_dim" and scalar_value(z) is None:
+            if dt.op == "dot_general" and as_broadcast(z) is not None and scalar_value(z) is None:
                 pushed = self._into_dot(dt, z, "multiply")
                 if pushed is not None:
                     return pushed
@@ -365,7 +365,9 @@ class Normaliser(Joins):
         nb = len(dims.lhs_batch)
         lfree = [j for j in range(x.type.rank) if j not in (*dims.lhs_batch, *dims.lhs_contract)]
         rfree = [j for j in range(y.type.rank) if j not in (*dims.rhs_batch, *dims.rhs_contract)]
-        zdims = tuple(z.attr("broadcast_dimensions"))
+        view = as_broadcast(z)
+        assert view is not None
+        zsrc, zdims = view
         for side, (operand, batch, free, first) in enumerate(((x, dims.lhs_batch, lfree, nb),
                                                               (y, dims.rhs_batch, rfree, nb + len(lfree)))):
             mapped: list[int] = []
@@ -379,8 +381,7 @@ class Normaliser(Joins):
             else:
                 if mapped != sorted(mapped):
                     continue
-                zb = self.make("broadcast_in_dim", z.args, (("broadcast_dimensions", tuple(mapped)),),
-                               TensorType(operand.type.shape, z.type.dtype))
+                zb = broadcast(self, zsrc, tuple(mapped), operand.type.shape)
                 inner = self.make(op, (operand, zb), (), operand.type)
                 pair = (inner, y) if side == 0 else (x, inner)
                 return self.make("dot_general", pair, dt.attrs, dt.type)
@@ -392,15 +393,13 @@ class Normaliser(Joins):
             return None
         x, y = args
         for side, q in enumerate(args):
-            if q.op == "divide" and q.args[1].op == "broadcast_in_dim" and scalar_value(q.args[1]) is None:
-                mapped = self._divide_dims(dims, type, side, q)
+            view = as_broadcast(q.args[1]) if q.op == "divide" and scalar_value(q.args[1]) is None else None
+            if view is not None:
+                mapped = self._divide_dims(dims, type, side, q, view[1])
                 if mapped is not None:
                     pair = (q.args[0], y) if side == 0 else (x, q.args[0])
                     inner = self.make("dot_general", pair, attrs, type)
-                    z = q.args[1].args[0]
-                    zb = self.make("broadcast_in_dim", (z,), (("broadcast_dimensions", mapped),),
-                                   TensorType(type.shape, z.type.dtype))
-                    return self.make("divide", (inner, zb), (), type)
+                    return self.make("divide", (inner, broadcast(self, view[0], mapped, type.shape)), (), type)
         if self._params_of(x) > self._params_of(y):
             # One orientation: the operand reading the earlier parameters on the left, the result transposed.
             swapped = DotDims(dims.rhs_batch, dims.lhs_batch, dims.rhs_contract, dims.lhs_contract)
@@ -413,7 +412,8 @@ class Normaliser(Joins):
             return self.make("transpose", (inner,), (("permutation", perm),), type)
         return None
 
-    def _divide_dims(self, dims: DotDims, type: TensorType, side: int, q: Term) -> tuple[int, ...] | None:
+    def _divide_dims(self, dims: DotDims, type: TensorType, side: int, q: Term, zdims: tuple[int, ...]
+                     ) -> tuple[int, ...] | None:
         """For dot(a / bcast(z), y) = dot(a, y) / bcast'(z): where z's dims land in the result (None when z
         varies along the contraction)."""
         batch, contract = (dims.lhs_batch, dims.lhs_contract) if side == 0 else (dims.rhs_batch, dims.rhs_contract)
@@ -422,7 +422,7 @@ class Normaliser(Joins):
         # the result is [batch, lhs free, rhs free]
         first = nb if side == 0 else type.rank - len(free)
         mapped: list[int] = []
-        for j in q.args[1].attr("broadcast_dimensions"):
+        for j in zdims:
             if j in contract:
                 return None
             mapped.append(batch.index(j) if j in batch else first + free.index(j))
@@ -442,9 +442,6 @@ class Normaliser(Joins):
         if not moved or any(a.attrs != moved[0].attrs for a in moved):
             return None
         perm = tuple(moved[0].attr("permutation"))
-        inv = [0] * len(perm)
-        for i, p in enumerate(perm):
-            inv[p] = i
         inner_shape = moved[0].args[0].type.shape
         inner: list[Term] = []
         for a in args:
@@ -452,11 +449,11 @@ class Normaliser(Joins):
                 inner.append(a.args[0])
             elif (c := scalar_value(a)) is not None:
                 inner.append(self.terms.splat(c, TensorType(inner_shape, a.type.dtype)))
-            elif a.op == "broadcast_in_dim":
-                mapped = tuple(perm[d] for d in a.attr("broadcast_dimensions"))
+            elif (view := as_broadcast(a)) is not None:
+                mapped = tuple(perm[d] for d in view[1])
                 if list(mapped) != sorted(mapped):
                     return None
-                inner.append(self.terms.apply("broadcast_in_dim", a.args, (("broadcast_dimensions", mapped),),
+                inner.append(self.terms.apply("broadcast_in_dim", (view[0],), (("broadcast_dimensions", mapped),),
                                               TensorType(inner_shape, a.type.dtype)))
             else:
                 return None
@@ -501,8 +498,8 @@ def _bounded(t: Term) -> bool:
     exp(y - c) overflows to inf, and 0·inf is NaN."""
     if (c := scalar_value(t)) is not None:
         return bool(np.isfinite(c))
-    while t.op == "broadcast_in_dim":
-        t = t.args[0]
+    while (view := as_broadcast(t)) is not None:
+        t = view[0]
     if t.op != "exponential" or t.args[0].op != "subtract":
         return False
     low = scalar_value(t.args[0].args[0])
@@ -513,9 +510,10 @@ def _exponent(n: Normaliser, t: Term) -> Term | None:
     """`e` when `t` is exp(e), or a broadcast of one (then `e` broadcast alike)."""
     if t.op == "exponential":
         return t.args[0]
-    if t.op == "broadcast_in_dim" and t.args[0].op == "exponential":
-        (e,) = t.args[0].args
-        return n.make("broadcast_in_dim", (e,), t.attrs, TensorType(t.type.shape, e.type.dtype))
+    view = as_broadcast(t)
+    if view is not None and view[0].op == "exponential":
+        (e,) = view[0].args
+        return broadcast(n, e, view[1], t.type.shape)
     return None
 
 

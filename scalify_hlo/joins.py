@@ -83,12 +83,11 @@ class Joins:
 
     def _concat_broadcasts(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
         """Copies of one broadcast along a dim it stretches: the broadcast, wider."""
-        first = flat[0]
-        if first.op != "broadcast_in_dim" or d in first.attr("broadcast_dimensions"):
+        views = [as_broadcast(p) for p in flat]
+        first = views[0]
+        if first is None or d in first[1] or any(v is None or v[0] is not first[0] or v[1] != first[1] for v in views):
             return None
-        if any(p.op != "broadcast_in_dim" or p.args[0] is not first.args[0] or p.attrs != first.attrs for p in flat):
-            return None
-        return self.make("broadcast_in_dim", first.args, first.attrs, type)
+        return broadcast(self, first[0], first[1], type.shape)
 
     def _concat_masked(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
         """Blocks of `select(mask, x, fill)` read at consecutive windows of `x` (a block the mask clears
@@ -168,9 +167,10 @@ def _same_source(pieces: list[Term]) -> bool:
 def _elementwise_view(n: Joins, p: Term, head: Term) -> tuple[Term, ...] | None:
     if p.op == head.op and p.attrs == head.attrs and len(p.args) == len(head.args):
         return p.args
-    if p.op == "broadcast_in_dim" and (inner := p.args[0]).op == head.op and inner.attrs == head.attrs:
-        return tuple(n.terms.apply("broadcast_in_dim", (a,), p.attrs, TensorType(p.type.shape, a.type.dtype))
-                     for a in inner.args)
+    view = as_broadcast(p)
+    if view is not None and (inner := view[0]).op == head.op and inner.attrs == head.attrs:
+        return tuple(n.terms.apply("broadcast_in_dim", (a,), (("broadcast_dimensions", view[1]),),
+                                   TensorType(p.type.shape, a.type.dtype)) for a in inner.args)
     return None
 
 
@@ -187,8 +187,8 @@ def follow_dim(t: Term, dim: int) -> Iterator[tuple[Term, int]]:
         yield s, k
         if s.op in ELEMENTWISE:
             stack.extend((a, k) for a in reversed(s.args) if a.type.shape == s.type.shape)
-        elif s.op == "broadcast_in_dim" and k in (dims := tuple(s.attr("broadcast_dimensions"))):
-            stack.append((s.args[0], dims.index(k)))
+        elif (view := as_broadcast(s)) is not None and k in view[1]:
+            stack.append((view[0], view[1].index(k)))
         elif s.op == "transpose":
             stack.append((s.args[0], int(s.attr("permutation")[k])))
         elif s.op == "concatenate" and s.args:
@@ -199,6 +199,32 @@ def block_order(t: Term, dim: int) -> tuple[int, int]:
     """Where a block comes from along `dim`: the offset of the first slice it reads along that dim
     (blocks that read none, such as a fully masked block, go last)."""
     return next(((0, int(s.attr("start_indices")[k])) for s, k in follow_dim(t, dim) if s.op == "slice"), (1, 0))
+
+
+def as_broadcast(t: Term) -> tuple[Term, tuple[int, ...]] | None:
+    """`t` as `broadcast_in_dim(x, dims)`: a broadcast, or a reshape that only inserts unit dims (how
+    `Terms.apply` spells a broadcast that adds nothing but unit dims)."""
+    if t.op == "broadcast_in_dim":
+        return t.args[0], tuple(t.attr("broadcast_dimensions"))
+    if t.op != "reshape":
+        return None
+    (x,) = t.args
+    dims: list[int] = []
+    j = 0
+    for n in x.type.shape:
+        while j < t.type.rank and t.type.shape[j] != n and t.type.shape[j] == 1:
+            j += 1
+        if j == t.type.rank or t.type.shape[j] != n:
+            return None
+        dims.append(j)
+        j += 1
+    if any(t.type.shape[k] != 1 for k in range(t.type.rank) if k not in dims):
+        return None
+    return x, tuple(dims)
+
+
+def broadcast(n: Joins, x: Term, dims: tuple[int, ...], shape: tuple[int, ...]) -> Term:
+    return n.make("broadcast_in_dim", (x,), (("broadcast_dimensions", dims),), TensorType(shape, x.type.dtype))
 
 
 def is_constant(t: Term) -> bool:

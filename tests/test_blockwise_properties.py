@@ -164,10 +164,10 @@ def _whole(terms: Terms, s: Term, v: Term) -> Term:
 
 
 def _ring_case(seed: int, broken: str) -> tuple[Terms, Term, Term, dict[int, np.ndarray], tuple[list[int], list[int]]]:
-    """Two to four key blocks of 2 to 4 keys each, visited in a random order: (terms, online, whole,
+    """Two to four key blocks of 1 to 4 keys each, visited in a random order: (terms, online, whole,
     random inputs, (cuts, order))."""
     rng = np.random.default_rng(seed)
-    sizes = [int(m) for m in rng.integers(2, 5, size=int(rng.integers(2, 5)))]
+    sizes = [int(m) for m in rng.integers(1, 5, size=int(rng.integers(2, 5)))]
     cuts, order = [0, *np.cumsum(sizes).tolist()], [int(b) for b in rng.permutation(len(sizes))]
     keys = cuts[-1]
     terms = Terms()
