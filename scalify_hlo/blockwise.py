@@ -135,6 +135,7 @@ class Normaliser(Joins):
         # tensor that are not consecutive; "unscaled": blocks that differ otherwise, e.g. in their shift),
         # and the first pair of terms a comparison could not match.
         self.unjoined: dict[int, str] = {}
+        self.overflowing: set[int] = set()  # exp(x - c), c the lowest finite value: inf
         self.first_failure: tuple[Term, Term] | None = None
         self._merging = 0
         self.fuel = FUEL
@@ -143,6 +144,7 @@ class Normaliser(Joins):
             "add": self._linear_rule("add"),
             "concatenate": self._concatenate,
             "dot_general": self._dot_general,
+            "exponential": self._exponential,
             "maximum": self._maximum,
             "multiply": self._multiply,
             "slice": self._slice,
@@ -330,6 +332,18 @@ class Normaliser(Joins):
         lo = tuple(a if k == d else 0 for k in range(x.type.rank))
         hi = tuple(b if k == d else n for k, n in enumerate(x.type.shape))
         return self(push_slice(self.terms, x, lo, hi))
+
+    def _exponential(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        (e,) = args
+        out = self.terms.apply("exponential", args, attrs, type)
+        if e.op == "subtract" and scalar_value(e.args[0]) is None and type.dtype in _LOWEST:
+            c = scalar_value(e.args[1])
+            if c is not None and c <= _LOWEST[type.dtype]:
+                self.overflowing.add(out.id)  # a running max's initial value subtracted the wrong way round
+        return out
+
+    def overflow_in(self, t: Term) -> bool:
+        return any(s.id in self.overflowing for s in t.walk())
 
     # -- products ------------------------------------------------------------------------------------
     def _multiply(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:

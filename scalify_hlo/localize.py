@@ -212,6 +212,18 @@ def localize_blocks(j: int, ap: Program, ad: Deriver, norm: Normaliser) -> Findi
     for op in ops:
         terms = ad.case_terms.get(op.results[0])
         for c, t in enumerate(terms or ()):
+            if t is None or not norm.overflow_in(norm(t)):
+                continue
+            if any(norm.overflow_in(norm(u)) for v in op.operands if (u := case_term(v, c)) is not None):
+                continue
+            site = Site.of(op, _describe(_fact(ad, op), ap))
+            reason = (f"output {j} differs from the reference: {_what(op)} ({site.source}) computes exp(x - c) "
+                      "with c the lowest finite float (a running max's initial value): it overflows to inf. A "
+                      "rescale factor is exp(m_old - m_new), at most 1")
+            return Finding(reason, None, site)
+    for op in ops:
+        terms = ad.case_terms.get(op.results[0])
+        for c, t in enumerate(terms or ()):
             if t is None or (kind := norm.unjoined_in(norm(t))) is None:
                 continue
             operands = [u for v in op.operands if (u := case_term(v, c)) is not None]

@@ -1025,6 +1025,8 @@ fixture("ring_attention_shard_map_fori", "causal ring attention as a lax.fori_lo
         "K/V blocks, ppermute i -> i+1 in the body) (correct)")(_ring("fori"))
 fixture("ring_attention_shard_map_no_rescale", "ring attention whose accumulated output is not rescaled by "
         "exp(m_old - m_new) when the running max grows")(_ring("no_rescale"))
+fixture("ring_attention_shard_map_inverted_rescale", "ring attention whose rescale factor is exp(m_new - m_old) "
+        "instead of exp(m_old - m_new): inf on the first step, NaN everywhere")(_ring("inverted_rescale"))
 fixture("ring_attention_shard_map_wrong_direction", "ring attention with K/V sent i -> i-1 while the causal "
         "mask assumes the block of device i - t at step t")(_ring("wrong_direction"))
 

@@ -135,9 +135,30 @@ def _ring_fori(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     return _finish(o, den)
 
 
+def _ring_inverted_rescale(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    n = jax.lax.axis_size("sp")
+    me = jax.lax.axis_index("sp")
+    b, s_local, h, d = q.shape
+    m = jnp.full((b, h, s_local), NEG, q.dtype)
+    den = jnp.zeros((b, h, s_local), q.dtype)
+    o = jnp.zeros((b, h, s_local, d), q.dtype)
+    for t in range(n):
+        scores = _block_scores(q, k, me, (me - t) % n)
+        m_new = jnp.maximum(m, jnp.max(scores, axis=-1))
+        corr = jnp.exp(m_new - m)  # BUG: exponent inverted (exp(m_new - m_old) overflows on the first step)
+        p = jnp.exp(scores - m_new[..., None])
+        den = den * corr + jnp.sum(p, axis=-1)
+        o = o * corr[..., None] + jnp.einsum("bhqk,bkhd->bhqd", p, v)
+        m = m_new
+        if t + 1 < n:
+            k, v = jax.lax.ppermute((k, v), "sp", [(i, (i + 1) % n) for i in range(n)])
+    return _finish(o, den)
+
+
 VARIANTS: dict[str, Callable[..., jax.Array]] = {
     "correct": _ring,
     "fori": _ring_fori,
+    "inverted_rescale": _ring_inverted_rescale,
     "no_rescale": _ring_no_rescale,
     "wrong_direction": _ring_wrong_direction,
 }
