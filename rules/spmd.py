@@ -17,6 +17,7 @@ from scalify_hlo.terms import Term, scalar_value
 
 REDUCER_OF_OP = {"add": Reducer.SUM, "maximum": Reducer.MAX, "minimum": Reducer.MIN,
                  "multiply": Reducer.PROD, "and": Reducer.AND, "or": Reducer.OR}
+OP_OF_REDUCER = {r: op for op, r in REDUCER_OF_OP.items()}  # the elementwise op that combines two values
 COLLECTIVE_NAME = {Reducer.SUM: "psum", Reducer.MAX: "pmax", Reducer.MIN: "pmin", Reducer.PROD: "pprod",
                    Reducer.AND: "pand", Reducer.OR: "por"}
 

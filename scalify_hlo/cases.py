@@ -269,6 +269,8 @@ def _all_reduce(cases: list[Deriver], op: Op, axis: str) -> list[tuple[Fact, ...
 
 
 def _combine(d: Deriver, op: Op, facts: list[Fact], axis: str, reducer: Reducer) -> Fact:
+    from scalify_hlo.rules.spmd import OP_OF_REDUCER
+
     failed = next((f for f in facts if isinstance(f, Failed)), None)
     if failed is not None:
         return failed
@@ -279,8 +281,7 @@ def _combine(d: Deriver, op: Op, facts: list[Fact], axis: str, reducer: Reducer)
     layout = next(iter(layouts))
     if axis in layout.split_axes() or layout.partial:
         return d.ctx.unsupported(op, f"an all-reduce along \"{axis}\" of values split over it or still partial")
-    name = {Reducer.SUM: "add", Reducer.MAX: "maximum", Reducer.MIN: "minimum", Reducer.PROD: "multiply",
-            Reducer.AND: "and", Reducer.OR: "or"}[reducer]
+    name = OP_OF_REDUCER[reducer]
     term: Term = holds[0].term
     for h in holds[1:]:
         term = d.terms.apply(name, (term, h.term), (), term.type)

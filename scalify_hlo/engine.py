@@ -326,9 +326,11 @@ class _Prover:
     def _blockwise(self, term: Term, bt: Term, norm: blockwise.Normaliser) -> bool:
         if not blockwise.equal(self.terms, term, bt, norm):
             return False
-        self.notes.append("the proof combined blockwise reductions (online softmax: running max, rescaled sums) "
-                          "with identities exact over the reals for finite values; floating-point results may "
-                          "differ by rounding")
+        note = ("the proof compared outputs block by block with the reference's blocks and put blockwise "
+                "reductions (online softmax: running max, rescaled sums) in one normal form, with identities exact "
+                "over the reals for finite values; floating-point results may differ by rounding")
+        if note not in self.notes:
+            self.notes.append(note)
         return True
 
     def _run_per_device(self, j: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

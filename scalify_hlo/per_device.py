@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     from .derive import Deriver
 
 Combine = Callable[[list["Deriver"], Op], list[tuple[Fact, ...]]]
-_REDUCE_OP = {Reducer.SUM: "add", Reducer.MAX: "maximum", Reducer.MIN: "minimum", Reducer.PROD: "multiply",
-              Reducer.AND: "and", Reducer.OR: "or"}
 
 
 def derive_per_device(d: Deriver, region: Region, args: Sequence[Fact], declared: Sequence[Layout]
@@ -199,6 +197,8 @@ def _collective(devices: list[int], cases: list[Deriver], op: Op) -> list[tuple[
 
 def _exchange(d: Deriver, op: Op, members: list[Term], j: int, out: TensorType, reducer: Reducer | None) -> Fact:
     """What member `j` of a group receives, given every member's term."""
+    from scalify_hlo.rules.spmd import OP_OF_REDUCER
+
     terms = d.terms
     name = op.opcode
     if name in ("all_reduce", "reduce_scatter"):
@@ -206,7 +206,7 @@ def _exchange(d: Deriver, op: Op, members: list[Term], j: int, out: TensorType, 
             return d.ctx.unsupported(op, "a reduction whose body is not a single add/max/min/mul/and/or")
         total = members[0]
         for m in members[1:]:
-            total = terms.apply(_REDUCE_OP[reducer], (total, m), (), total.type)
+            total = terms.apply(OP_OF_REDUCER[reducer], (total, m), (), total.type)
         if name == "all_reduce":
             return Holds(total, Layout.replicated(out.rank))
         return Holds(_chunk(d, total, int(op.attrs["scatter_dimension"]), len(members), j),  # type: ignore[arg-type]
