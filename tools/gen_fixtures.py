@@ -64,6 +64,7 @@ from programs import (  # noqa: E402
     rmsnorm,
     rope_sp,
     train,
+    ulysses,
     vocab_parallel,
     vocab_softmax,
 )
@@ -1029,6 +1030,24 @@ fixture("ring_attention_shard_map_inverted_rescale", "ring attention whose resca
         "instead of exp(m_old - m_new): inf on the first step, NaN everywhere")(_ring("inverted_rescale"))
 fixture("ring_attention_shard_map_wrong_direction", "ring attention with K/V sent i -> i-1 while the causal "
         "mask assumes the block of device i - t at step t")(_ring("wrong_direction"))
+
+
+def _ulysses(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "sp"))
+        args = ulysses.init(2, 16, 8, 4, rng_for("ulysses"))
+        in_specs, _ = ulysses.specs()
+        return shard_map_pair(name, ulysses.reference, ulysses.shard_map_ulysses(mesh, variant), mesh, args,
+                              ["q", "k", "v"], in_specs, None if variant == "correct" else ulysses.VARIANTS[variant])
+
+    return fn
+
+
+fixture("ulysses_attention_shard_map", "DeepSpeed-Ulysses attention (seq over sp): all_to_all trades the "
+        "sequence split for a head split, causal attention on whole sequences, all_to_all back "
+        "(correct)")(_ulysses("correct"))
+fixture("ulysses_attention_shard_map_wrong_axis", "Ulysses attention exchanging over dp instead of sp: shapes "
+        "still fit, attention sees the wrong half of the sequence")(_ulysses("wrong_axis"))
 
 
 def _moe(variant: str) -> Callable[[str], Built]:
