@@ -48,6 +48,10 @@ class _OutOfFuel(Exception):
     pass
 
 
+# Out of fuel or depth, or a shape this module does not expect: not proven (never a wrong "equal").
+GAVE_UP = (_OutOfFuel, RecursionError, ValueError, IndexError, KeyError, TypeError)
+
+
 def equal(terms: Terms, after: Term, before: Term, norm: Normaliser | None = None) -> bool:
     """Whether the two terms are equal by the identities above. `after` may be built from blocks that
     `before` computes at once (one per coordinate of a case split, or per expert block): where `after`
@@ -55,10 +59,7 @@ def equal(terms: Terms, after: Term, before: Term, norm: Normaliser | None = Non
     norm = Normaliser(terms) if norm is None else norm
     try:
         return _equal(terms, norm, after, before, DEPTH)
-    except (_OutOfFuel, RecursionError):
-        return False
-    except (ValueError, IndexError, KeyError, TypeError):
-        # A shape this module does not expect: not proven (never a wrong "equal").
+    except GAVE_UP:
         return False
 
 

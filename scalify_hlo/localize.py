@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .blockwise import Normaliser
+from .blockwise import GAVE_UP, Normaliser
 from .derive import Deriver
 from .facts import Failed, Holds, Varying
 from .ir import Frame, Op, Value, walk
@@ -199,6 +199,13 @@ def localize_blocks(j: int, ap: Program, ad: Deriver, norm: Normaliser) -> Findi
     when neither applies (then the term frontier is used)."""
     if not ad.case_terms:
         return None
+    try:
+        return _localize_blocks(j, ap, ad, norm)
+    except GAVE_UP:
+        return None
+
+
+def _localize_blocks(j: int, ap: Program, ad: Deriver, norm: Normaliser) -> Finding | None:
     ops = [op for op in _ops_in_order(ap) if not op.regions and op.results]
     producer = {v: op for op in _ops_in_order(ap) for v in op.results}
 

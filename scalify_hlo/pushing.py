@@ -18,9 +18,12 @@ from .ir import DotDims, Literal, TensorType
 from .slicing import slice_of
 from .terms import ELEMENTWISE, Term, Terms
 
-Memo = dict[tuple[Any, ...], "Term | None"]  # what a cut of a term became (None: being computed)
+# What a cut of a term became (None: being computed); under ("leafless",) and ("walked",), which terms
+# read no leaf.
+Memo = dict[tuple[Any, ...], Any]
 FOLD_LIMIT = 1 << 16  # elements: constant-only terms up to this size are folded to their values
 _LEAVES = frozenset({"param", "var", "nothing_received"})
+
 
 def push_slice(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...], memo: Memo | None = None) -> Term:
     """`t[lo:hi]`, with the slice moved into `t` through ops for which the sliced dims are batch dims
@@ -42,7 +45,7 @@ def _push(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...],
     if lo == (0,) * len(shape) and hi == shape:
         return t
     out_type = TensorType(tuple(b - a for a, b in zip(lo, hi, strict=True)), t.type.dtype)
-    if t.type.size <= FOLD_LIMIT and (value := constant_value(t)) is not None:
+    if (value := _small_constant(t, memo)) is not None:
         return folded(terms, value[tuple(map(slice, lo, hi))], out_type)
     op = t.op
     if op == "slice" and all(s == 1 for s in (t.attr("strides") or ())):
@@ -164,6 +167,21 @@ def folded(terms: Terms, value: np.ndarray, type: TensorType) -> Term:
     return terms.constant(Literal(array, type.dtype), type)
 
 
+def _small_constant(t: Term, memo: Memo) -> np.ndarray | None:
+    """`constant_value` of a small term, with which subterms read a leaf remembered across the push (a
+    push visits every node; walking each one's subterms again would be quadratic)."""
+    if t.type.size > FOLD_LIMIT:
+        return None
+    leafless: dict[int, bool] = memo.setdefault(("leafless",), {})
+    for s in t.walk(memo.setdefault(("walked",), set())):  # children first, each node once per push
+        leafless[s.id] = s.op not in _LEAVES and all(leafless[a.id] for a in s.args)
+    if not leafless[t.id]:
+        return None
+    from .termeval import evaluate_constant
+
+    return evaluate_constant(t)
+
+
 def constant_value(t: Term) -> np.ndarray | None:
     """The value of a term built from constants and iotas only (None if it reads anything else)."""
     from .termeval import evaluate_constant
@@ -205,7 +223,7 @@ def _drop(dims: tuple[int, ...], k: int) -> tuple[int, ...]:
 def _take(terms: Terms, t: Term, dim: int, index: int, memo: Memo) -> Term:
     shape = t.type.shape
     out_type = TensorType(shape[:dim] + shape[dim + 1:], t.type.dtype)
-    if t.type.size <= FOLD_LIMIT and (value := constant_value(t)) is not None:
+    if (value := _small_constant(t, memo)) is not None:
         return folded(terms, np.take(value, index, axis=dim), out_type)
     op = t.op
     if op == "slice" and all(s == 1 for s in (t.attr("strides") or ())):
