@@ -24,7 +24,7 @@ import numpy as np
 from .cases import record_case_terms, run_ops
 from .facts import Fact, Failed, Holds, Varying
 from .ir import Literal, Op, Region, TensorType, Value
-from .mesh import Layout, Reducer
+from .mesh import Layout, Mesh, Reducer
 from .slicing import slice_of
 from .terms import Term
 
@@ -84,14 +84,19 @@ def _block(d: Deriver, f: Fact, dev: int) -> Fact:
     shape = f.term.type.shape
     lo, hi = [], []
     for k, axes in enumerate(f.layout.dims):
-        n = d.mesh.size_of(axes)
-        index = 0
-        for a in axes:
-            index = index * d.mesh.axis_size(a) + int(coords[d.mesh.axis_index(a)])
-        rows = shape[k] // n
+        index = _block_index(d.mesh, coords, axes)
+        rows = shape[k] // d.mesh.size_of(axes)
         lo.append(index * rows)
         hi.append((index + 1) * rows)
     return Holds(slice_of(d.terms, f.term, tuple(lo), tuple(hi)), Layout.replicated(len(shape)), f.origin)
+
+
+def _block_index(mesh: Mesh, coords: np.ndarray, axes: tuple[str, ...]) -> int:
+    """Which block of a dim split over `axes` (major first) the device at `coords` holds."""
+    index = 0
+    for a in axes:
+        index = index * mesh.axis_size(a) + int(coords[mesh.axis_index(a)])
+    return index
 
 
 def _assemble(d: Deriver, facts: list[Fact], devices: list[int], declared: Layout) -> Fact:
@@ -107,13 +112,8 @@ def _assemble(d: Deriver, facts: list[Fact], devices: list[int], declared: Layou
     coords = d.mesh.coords(np.array(devices))
     grid: dict[tuple[int, ...], Term] = {}
     for h, c in zip(holds, coords, strict=True):
-        index = []
-        for axes in declared.dims:
-            i = 0
-            for a in axes:
-                i = i * d.mesh.axis_size(a) + int(c[d.mesh.axis_index(a)])
-            index.append(i)
-        seen = grid.setdefault(tuple(index), h.term)
+        index = tuple(_block_index(d.mesh, c, axes) for axes in declared.dims)
+        seen = grid.setdefault(index, h.term)
         if seen is not h.term:
             return Failed("devices that hold the same block of a result hold different values", None, False)
     counts = [d.mesh.size_of(axes) for axes in declared.dims]
