@@ -165,10 +165,12 @@ def _same_source(pieces: list[Term]) -> bool:
 
 
 def _elementwise_view(n: Joins, p: Term, head: Term) -> tuple[Term, ...] | None:
-    if p.op == head.op and p.attrs == head.attrs and len(p.args) == len(head.args):
+    """The operands of block `p` seen as `head`'s op (a broadcast of that op: its operands broadcast)."""
+    if p.op == head.op and p.attrs == head.attrs and all(a.type.shape == p.type.shape for a in p.args):
         return p.args
     view = as_broadcast(p)
-    if view is not None and (inner := view[0]).op == head.op and inner.attrs == head.attrs:
+    if (view is not None and (inner := view[0]).op == head.op and inner.attrs == head.attrs
+            and all(a.type.shape == inner.type.shape for a in inner.args)):
         return tuple(n.terms.apply("broadcast_in_dim", (a,), (("broadcast_dimensions", view[1]),),
                                    TensorType(p.type.shape, a.type.dtype)) for a in inner.args)
     return None
