@@ -76,18 +76,20 @@ def _random_term(terms: Terms, rng: np.random.Generator, params: list[Term], dep
     return x
 
 
-def _env(params: list[Term], rng: np.random.Generator) -> dict[int, np.ndarray]:
-    return {p.id: rng.standard_normal(p.type.shape).astype(np.float32) * 0.5 for p in params}
+def _random_case(seed: int, depth: int) -> tuple[Terms, Term, dict[int, np.ndarray], np.random.Generator]:
+    """(terms, a random term of up to `depth` ops over three parameters, random inputs, the generator)."""
+    rng = np.random.default_rng(seed)
+    terms = Terms()
+    params = [terms.param(0, _t(4, 3), "a"), terms.param(1, _t(4, 3), "b"), terms.param(2, _t(3, 2), "w")]
+    t = _random_term(terms, rng, params, int(rng.integers(1, depth + 1)))
+    env = {p.id: rng.standard_normal(p.type.shape).astype(np.float32) * 0.5 for p in params}
+    return terms, t, env, rng
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_push_slice_and_take_are_exact(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    terms = Terms()
-    params = [terms.param(0, _t(4, 3), "a"), terms.param(1, _t(4, 3), "b"), terms.param(2, _t(3, 2), "w")]
-    t = _random_term(terms, rng, params, int(rng.integers(1, 5)))
-    env = _env(params, rng)
+    terms, t, env, rng = _random_case(seed, 4)
     whole = evaluate(t, env)
     lo = tuple(int(rng.integers(n)) for n in t.type.shape)
     hi = tuple(int(rng.integers(a + 1, n + 1)) for a, n in zip(lo, t.type.shape, strict=True))
@@ -102,11 +104,7 @@ def test_push_slice_and_take_are_exact(seed: int) -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_normal_form_keeps_the_value(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    terms = Terms()
-    params = [terms.param(0, _t(4, 3), "a"), terms.param(1, _t(4, 3), "b"), terms.param(2, _t(3, 2), "w")]
-    t = _random_term(terms, rng, params, int(rng.integers(1, 6)))
-    env = _env(params, rng)
+    terms, t, env, _ = _random_case(seed, 5)
     with np.errstate(all="ignore"):
         a, b = evaluate(t, env), evaluate(Normaliser(terms)(t), env)
     np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
