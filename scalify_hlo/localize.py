@@ -10,7 +10,7 @@ after program never reproduces although it reproduces the operands.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .blockwise import GAVE_UP, Normaliser
 from .derive import Deriver
@@ -194,9 +194,9 @@ _COLLECTIVES = frozenset({"all_to_all", "all_gather", "all_reduce", "reduce_scat
 
 def localize_blocks(j: int, ap: Program, ad: Deriver, norm: Normaliser) -> Finding | None:
     """Where a body derived case by case (`cases`, `per_device`) parts ways, after the block comparison
-    (`blockwise.equal`, run with `norm`) failed: the first op whose blocks do not merge although its
-    operands' do; else the op holding the first after-side term the comparison could not match. None
-    when neither applies (then the term frontier is used)."""
+    (`blockwise.equal`, run with `norm`) failed: the first op computing an exp that overflows, or else whose
+    blocks do not merge although its operands' do; else the op holding the first after-side term the
+    comparison could not match. None when none applies (then the term frontier is used)."""
     if not ad.case_terms:
         return None
     try:
@@ -216,27 +216,24 @@ def _localize_blocks(j: int, ap: Program, ad: Deriver, norm: Normaliser) -> Find
         f = ad.facts.get(v)
         return f.term if isinstance(f, Holds) else None
 
-    for op in ops:
-        terms = ad.case_terms.get(op.results[0])
-        for c, t in enumerate(terms or ()):
-            if t is None or not norm.overflow_in(norm(t)):
-                continue
-            if any(norm.overflow_in(norm(u)) for v in op.operands if (u := case_term(v, c)) is not None):
-                continue
-            site = Site.of(op, _describe(_fact(ad, op), ap))
-            reason = (f"output {j} differs from the reference: {_what(op)} ({site.source}) computes exp(x - c) "
-                      "with c the lowest finite float (a running max's initial value): it overflows to inf. A "
-                      "rescale factor is exp(m_old - m_new), at most 1")
-            return Finding(reason, None, site)
-    for op in ops:
-        terms = ad.case_terms.get(op.results[0])
-        for c, t in enumerate(terms or ()):
-            if t is None or (kind := norm.unjoined_in(norm(t))) is None:
-                continue
-            operands = [u for v in op.operands if (u := case_term(v, c)) is not None]
-            if any(norm.unjoined_in(norm(u)) for u in operands):
-                continue
-            return _blocks_finding(j, op, kind, ap, ad, producer)
+    def first_making(has: Callable[[Term], object]) -> tuple[Op, object] | None:
+        """The first op (program order) with a case whose term `has` something its operands' terms lack."""
+        for op in ops:
+            for c, t in enumerate(ad.case_terms.get(op.results[0]) or ()):
+                if t is None or not (found := has(norm(t))):
+                    continue
+                if not any(has(norm(u)) for v in op.operands if (u := case_term(v, c)) is not None):
+                    return op, found
+        return None
+
+    if (hit := first_making(norm.overflow_in)) is not None:
+        site = Site.of(hit[0], _describe(_fact(ad, hit[0]), ap))
+        reason = (f"output {j} differs from the reference: {_what(hit[0])} ({site.source}) computes exp(x - c) with c "
+                  "the lowest finite float (a running max's initial value): it overflows to inf. A rescale factor "
+                  "is exp(m_old - m_new), at most 1")
+        return Finding(reason, None, site)
+    if (hit := first_making(norm.unjoined_in)) is not None:
+        return _blocks_finding(j, hit[0], str(hit[1]), ap, ad, producer)
     if norm.first_failure is None:
         return None
     a = norm.first_failure[0]
