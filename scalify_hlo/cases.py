@@ -6,7 +6,9 @@ along the axis (every device computes as if it sat at `i`: exact for the devices
 an ordinary derivation whose facts hold on the devices at coordinate `i`. Collectives that stay inside one
 coordinate run as usual in each case; those along the axis combine the cases: an all-reduce reduces the
 cases' terms, a collective-permute hands case `i`'s fact to case `j` for each pair `i → j` (zeros where
-nobody sends). A result is a fact when every case agrees on it.
+nobody sends). A result is a fact when every case agrees on it. A loop with a static trip count (a
+`fori_loop` whose body permutes along the axis: a ring) runs iteration by iteration, its collectives
+combining the cases like any other.
 
 This is the fallback for bodies the one-pass derivation leaves `unknown`; its cost is one derivation of
 the body per coordinate, so it is tried only along axes of at most `CASE_LIMIT` devices.
@@ -96,8 +98,9 @@ def run_ops(cases: list[Deriver], ops: Sequence[Op], along: Along) -> None:
 
 def _unrolled(cases: list[Deriver], op: Op, along: Along) -> bool:
     """A loop whose trip count every case knows (a `fori_loop` over a static range), run iteration by
-    iteration, so that the collectives in its body combine the cases like any other. False (nothing
-    bound) when the condition is not decided, differs between cases, or holds past `UNROLL_LIMIT`."""
+    iteration, so that the collectives in its body combine the cases like any other. False (the loop's
+    results not bound: it is derived as a loop then) when the condition is not decided, differs between
+    cases, or still holds after `UNROLL_LIMIT` iterations."""
     cond, body = op.regions
     carried = [[sub.facts[v] for v in op.operands] for sub in cases]
     for _ in range(UNROLL_LIMIT + 1):
