@@ -36,6 +36,7 @@ import numpy as np
 from .ir import DotDims, TensorType
 from .joins import Joins, as_broadcast, block_order, broadcast, follow_dim, is_constant
 from .pushing import FOLD_LIMIT, constant_value, folded, push_slice, squeeze_units
+from .slicing import window_along
 from .terms import ELEMENTWISE, AttrKey, Term, Terms, scalar_value
 
 FUEL = 200_000  # rewrites per comparison, then the answer is "not proven"
@@ -88,9 +89,8 @@ def _compare(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bo
         start = 0
         for piece in a.args:
             m = piece.type.shape[d]
-            lo = tuple(start if k == d else 0 for k in range(a.type.rank))
-            hi = tuple(start + m if k == d else n for k, n in enumerate(a.type.shape))
-            if not _equal(terms, norm, piece, push_slice(terms, b, lo, hi), depth - 1):
+            block = push_slice(terms, b, *window_along(a.type.shape, d, start, start + m))
+            if not _equal(terms, norm, piece, block, depth - 1):
                 return False
             start += m
         return True
@@ -330,9 +330,7 @@ class Normaliser(Joins):
         return [self._window(x, d, a, b) for a, b in pairwise(bounds)] if cuts else [x]
 
     def _window(self, x: Term, d: int, a: int, b: int) -> Term:
-        lo = tuple(a if k == d else 0 for k in range(x.type.rank))
-        hi = tuple(b if k == d else n for k, n in enumerate(x.type.shape))
-        return self(push_slice(self.terms, x, lo, hi))
+        return self(push_slice(self.terms, x, *window_along(x.type.shape, d, a, b)))
 
     def _exponential(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
         (e,) = args

@@ -25,7 +25,7 @@ from . import ranges
 from .facts import Fact, Failed, Holds, Varying
 from .ir import Literal, Op, Region, TensorType, Value, walk
 from .mesh import Layout, Mesh, Reducer
-from .slicing import slice_of
+from .slicing import slice_along
 from .terms import Term
 
 if TYPE_CHECKING:
@@ -146,9 +146,7 @@ def _pinned(d: Deriver, f: Fact, axis: str, i: int) -> Fact:
         return Failed(f"an input split over \"{axis}\" together with more major axes", None, False)
     shape = f.term.type.shape
     rows = shape[dim] // d.mesh.axis_size(axis)
-    lo = tuple(i * rows if k == dim else 0 for k in range(len(shape)))
-    hi = tuple((i + 1) * rows if k == dim else m for k, m in enumerate(shape))
-    block = slice_of(d.terms, f.term, lo, hi)
+    block = slice_along(d.terms, f.term, dim, i * rows, (i + 1) * rows)
     dims = tuple(a[1:] if k == dim else a for k, a in enumerate(f.layout.dims))
     return Holds(block, Layout(dims, f.layout.partial), f.origin)
 

@@ -25,7 +25,7 @@ from .cases import record_case_terms, run_ops
 from .facts import Fact, Failed, Holds, Varying
 from .ir import Literal, Op, Region, TensorType, Value
 from .mesh import Layout, Mesh, Reducer
-from .slicing import slice_of
+from .slicing import slice_along, slice_of
 from .terms import Term
 
 if TYPE_CHECKING:
@@ -221,9 +221,7 @@ def _exchange(d: Deriver, op: Op, members: list[Term], j: int, out: TensorType, 
 
 def _chunk(d: Deriver, t: Term, dim: int, n: int, j: int) -> Term:
     rows = t.type.shape[dim] // n
-    lo = tuple(j * rows if k == dim else 0 for k in range(t.type.rank))
-    hi = tuple((j + 1) * rows if k == dim else m for k, m in enumerate(t.type.shape))
-    return slice_of(d.terms, t, lo, hi)
+    return slice_along(d.terms, t, dim, j * rows, (j + 1) * rows)
 
 
 def _permute(devices: list[int], cases: list[Deriver], op: Op) -> list[tuple[Fact, ...]]:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .ir import DotDims, Literal, TensorType
-from .slicing import slice_of
+from .slicing import slice_along, slice_of, window_along
 from .terms import ELEMENTWISE, Term, Terms
 
 # What a cut of a term became (None: being computed); under ("leafless",) and ("walked",), which terms
@@ -138,9 +138,7 @@ def _slice_reshape(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ..
             continue
         if a % below or b % below:
             return None
-        xlo = tuple(a // below if i == dim else 0 for i in range(taken.type.rank))
-        xhi = tuple(b // below if i == dim else n for i, n in enumerate(taken.type.shape))
-        taken = push_slice(terms, taken, xlo, xhi, memo)
+        taken = push_slice(terms, taken, *window_along(taken.type.shape, dim, a // below, b // below), memo)
         break
     return terms.apply("reshape", (taken,), (), out_type)
 
@@ -209,10 +207,8 @@ def push_take(terms: Terms, t: Term, dim: int, index: int, memo: Memo | None = N
 def _take_whole(terms: Terms, t: Term, dim: int, index: int) -> Term:
     """The take as a slice and a reshape of `t` itself (not moved inward)."""
     shape = t.type.shape
-    lo = tuple(index if k == dim else 0 for k in range(len(shape)))
-    hi = tuple(index + 1 if k == dim else n for k, n in enumerate(shape))
     out_type = TensorType(shape[:dim] + shape[dim + 1:], t.type.dtype)
-    return terms.apply("reshape", (slice_of(terms, t, lo, hi),), (), out_type)
+    return terms.apply("reshape", (slice_along(terms, t, dim, index, index + 1),), (), out_type)
 
 
 def _drop(dims: tuple[int, ...], k: int) -> tuple[int, ...]:
@@ -348,9 +344,8 @@ def _take_reshape(terms: Terms, t: Term, dim: int, index: int, out_type: TensorT
             if inner % below:
                 return None
             rows = inner // below
-            lo = tuple(index * rows if k == p else 0 for k in range(len(xs)))
-            hi = tuple((index + 1) * rows if k == p else n for k, n in enumerate(xs))
-            return terms.apply("reshape", (push_slice(terms, x, lo, hi, memo),), (), out_type)
+            window = window_along(xs, p, index * rows, (index + 1) * rows)
+            return terms.apply("reshape", (push_slice(terms, x, *window, memo),), (), out_type)
     return None
 
 

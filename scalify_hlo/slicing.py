@@ -31,6 +31,16 @@ def slice_of(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]) ->
     return terms.apply("slice", (x,), attrs, TensorType(shape, x.type.dtype))
 
 
+def window_along(shape: tuple[int, ...], dim: int, a: int, b: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The window `[a, b)` along `dim`, the other dims whole: (lo, hi)."""
+    return (tuple(a if k == dim else 0 for k in range(len(shape))),
+            tuple(b if k == dim else n for k, n in enumerate(shape)))
+
+
+def slice_along(terms: Terms, x: Term, dim: int, a: int, b: int) -> Term:
+    return slice_of(terms, x, *window_along(x.type.shape, dim, a, b))
+
+
 def pull_elementwise(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
     """op(x[s], y[s], splat) = op(x, y, splat)[s]."""
     from .terms import peel, scalar_value
