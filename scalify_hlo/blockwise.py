@@ -199,16 +199,15 @@ class Normaliser(Joins):
 
     # -- maximum -------------------------------------------------------------------------------------
     def _maximum(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
-        atoms: list[Term] = []
-        for a in args:
-            atoms.extend(_flatten(a, "maximum"))
+        flat = [x for a in args for x in _flatten(a, "maximum")]
+        atoms = flat
         if type.dtype in _LOWEST:
             # At or below the lowest finite value, a constant is the identity of max over finite values.
             low = [a for a in atoms if (c := scalar_value(a)) is not None and c <= _LOWEST[type.dtype]]
             if low and len(low) < len(atoms):
                 atoms = [a for a in atoms if a not in low]
         merged = self._merge_reductions(atoms, "max")
-        if merged is None and len(atoms) == len(_flatten_all(args, "maximum")):
+        if merged is None and len(atoms) == len(flat):
             return None
         atoms = merged if merged is not None else atoms
         unique = sorted({a.id: a for a in atoms}.values(), key=lambda a: a.id)
@@ -541,10 +540,6 @@ def _single_reduce(t: Term, reducer: str) -> bool:
 
 def _flatten(t: Term, op: str) -> list[Term]:
     return [x for a in t.args for x in _flatten(a, op)] if t.op == op else [t]
-
-
-def _flatten_all(args: tuple[Term, ...], op: str) -> list[Term]:
-    return [x for a in args for x in _flatten(a, op)]
 
 
 def _accumulate(form: dict[int, tuple[Term, int]], atom: Term, c: int) -> None:

@@ -171,7 +171,7 @@ def _merge(d: Deriver, facts: list[Fact], op: Op | None, axis: str, declared: La
     failed = [f for f in facts if isinstance(f, Failed)]
     if failed:
         return next((f for f in failed if f.evidence), failed[0])
-    if _agree(facts) is not None:
+    if agree(facts) is not None:
         return first
     if declared is not None and (blocks := _blocks(d, facts, axis, declared)) is not None:
         return blocks
@@ -187,7 +187,7 @@ def _merge(d: Deriver, facts: list[Fact], op: Op | None, axis: str, declared: La
                   op, False)
 
 
-def _agree(facts: list[Fact]) -> Holds | None:
+def agree(facts: list[Fact]) -> Holds | None:
     """The fact every case holds, when they all hold the same term under the same layout."""
     first = facts[0]
     if isinstance(first, Holds) and all(isinstance(f, Holds) and f.term is first.term and f.layout == first.layout
@@ -258,7 +258,7 @@ def _all_reduce(cases: list[Deriver], op: Op, axis: str) -> list[tuple[Fact, ...
     out: list[list[Fact]] = [[] for _ in cases]
     for v in op.operands:
         facts = [c.lift(c.facts[v]) for c in cases]
-        if _agree(facts) is not None:
+        if agree(facts) is not None:
             for o, c, f in zip(out, cases, facts, strict=True):  # every coordinate holds the same: as usual
                 o.append(_all_reduce_one(c.ctx, op, f, axes, reducer))
             continue

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .cases import record_case_terms, run_ops
+from .cases import agree, record_case_terms, run_ops
 from .facts import Fact, Failed, Holds, Varying
 from .ir import Literal, Op, Region, TensorType, Value
 from .mesh import Layout, Mesh, Reducer
@@ -57,10 +57,8 @@ def derive_per_device(d: Deriver, region: Region, args: Sequence[Fact], declared
     for op in region.ops:
         for v in op.results:
             facts = [sub.lift(sub.facts[v]) for sub in cases]
-            first = facts[0]
-            if isinstance(first, Holds) and all(isinstance(f, Holds) and f.term is first.term
-                                                and f.layout == first.layout for f in facts):
-                merged[v] = first
+            if (same := agree(facts)) is not None:
+                merged[v] = same
                 continue
             merged[v] = next((f for f in facts if isinstance(f, Failed)),
                              Failed("a value that differs from device to device", op, False))
