@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 # XLA reads this once, when jax is first imported; every test module sees the same 8 devices.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+def numeric_xla_flags() -> None:
+    """The XLA flags of the numeric tests: XLA reads its flags once per process, before the first compile,
+    so every numeric test module asks for the same ones, whichever pytest imports first. Modules named
+    *numeric_probe* are dumped after SPMD partitioning (`test_numeric_vs_xla.py` reads them); if XLA was
+    set up before these flags (so no dump), that file runs itself as a script in a fresh process."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        flags += " --xla_force_host_platform_device_count=8"
+    if "xla_dump_to" not in flags:
+        dump = os.path.join(tempfile.gettempdir(), f"scalify_numeric_dump_{os.getpid()}")
+        flags += (f" --xla_dump_to={dump} --xla_dump_hlo_pass_re=spmd-partitioning"
+                  " --xla_dump_hlo_module_re=.*numeric_probe.*")
+        atexit.register(shutil.rmtree, dump, True)  # (JAX also writes every module it compiles there)
+    os.environ["XLA_FLAGS"] = flags.strip()
+
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"

@@ -8,23 +8,9 @@ shard/assemble round trip as a property.
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import tempfile
+from conftest import numeric_xla_flags
 
-# XLA reads its flags once per process, before the first compile: the same flags in every numeric test
-# module, whichever pytest imports first (see test_numeric_vs_xla.py for the dump).
-_DUMP = os.path.join(tempfile.gettempdir(), f"scalify_numeric_dump_{os.getpid()}")
-_FLAGS = os.environ.get("XLA_FLAGS", "")
-if "xla_force_host_platform_device_count" not in _FLAGS:
-    _FLAGS += " --xla_force_host_platform_device_count=8"
-if "xla_dump_to" not in _FLAGS:
-    _FLAGS += (f" --xla_dump_to={_DUMP} --xla_dump_hlo_pass_re=spmd-partitioning"
-               " --xla_dump_hlo_module_re=.*numeric_probe.*")
-os.environ["XLA_FLAGS"] = _FLAGS.strip()
-if _DUMP in _FLAGS:  # (JAX also writes every module it compiles there: remove it all at exit)
-    atexit.register(shutil.rmtree, _DUMP, True)
+numeric_xla_flags()  # before jax is imported
 
 import functools  # noqa: E402
 from collections.abc import Callable  # noqa: E402
