@@ -353,6 +353,12 @@ def _gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | Non
     if len(g.start_index_map) != 1 or (g.index_vector_dim < itype.rank and itype.shape[g.index_vector_dim] != 1):
         return None
     d = g.start_index_map[0]
+    sizes = tuple(op.attrs.get("slice_sizes") or ())
+    if d < len(sizes) and sizes[d] != 1:
+        # A window of several rows starting near the shard's end is clamped inside the local shard, not
+        # continued on the next device: the masked pieces do not sum to the reference's window.
+        return (ctx.unsupported(op, f"a shifted-index gather of windows of {sizes[d]} rows along the split dim "
+                                "(windows crossing a shard edge are clamped inside the shard)"),)
     axes = table.layout.dims[d]
     if not axes or table.layout.partial or set(axes) & (idx.base.layout.split_axes() | idx.base.layout.partial_axes()):
         return (ctx.unsupported(op, "a shifted-index gather from a table not split along the gathered dim, or "
