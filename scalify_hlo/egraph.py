@@ -21,7 +21,7 @@ import egglog.bindings as bindings
 from scalify_hlo.rules import algebra
 
 from .ir import Literal
-from .terms import Term, scalar_value
+from .terms import Term, scalar_exact
 
 _SPAN = bindings.RustSpan("scalify", 0, 0)
 
@@ -52,6 +52,35 @@ def _lit(v: Any) -> Any:
     if isinstance(v, float):
         return bindings.Lit(_SPAN, bindings.Float(v))
     return bindings.Lit(_SPAN, bindings.String(str(v)))
+
+
+def _splat(v: int | float | complex, t: Term) -> Any:
+    return _call("Splat", _lit(algebra.exact_text(v)), _lit(type_text(t)))
+
+
+def _typed(t: Term) -> str | None:
+    """The domain's own constructor for +, −, ×, ÷, negation (None: the op stays opaque)."""
+    domain = algebra.domain_of(t.type.dtype)
+    if domain is None or len(t.args) != (1 if t.op == "negate" else 2):
+        return None
+    if any(a.type.dtype != t.type.dtype for a in t.args):
+        return None
+    return algebra.TYPED[domain].get(t.op)
+
+
+def _negated(v: int | float | complex, dtype: str) -> int | float | None:
+    """`-v` in `dtype`: exact for floats, two's complement (wrapping) for integers."""
+    if isinstance(v, float):
+        return -v
+    if not isinstance(v, int):
+        return None
+    bits = int("".join(ch for ch in dtype if ch.isdigit()) or 0)
+    if not bits:
+        return None
+    wrapped = (-v) % (1 << bits)
+    if dtype.startswith("i") and wrapped >= 1 << (bits - 1):
+        wrapped -= 1 << bits
+    return wrapped
 
 
 def _call(f: str, *args: Any) -> Any:
@@ -85,7 +114,8 @@ class EGraph:
         self.stats = Stats()
         high = egglog.EGraph()
         high.register(*algebra.declare_all())
-        high.run(algebra.algebra.saturate() + algebra.tripwires.saturate())
+        for rs in (*algebra.RULESETS.values(), algebra.tripwires):  # registers each ruleset's rules
+            high.run(rs.saturate())
         self._high = high  # keeps the declarations alive
         self.raw = high._egraph
         self._schedule_text = self._make_schedule()
@@ -93,24 +123,41 @@ class EGraph:
         self._parsed_schedule: list[Any] | None = None
 
     def _make_schedule(self) -> str:
-        alg, trip = (str(rs.ident) for rs in (algebra.algebra, algebra.tripwires))
-        return f"(run-schedule (saturate (run {trip})) (run {alg}) (saturate (run {trip})))"
+        trip = str(algebra.tripwires.ident)
+        rules = " ".join(f"(run {rs.ident})" for rs in algebra.RULESETS.values())
+        return f"(run-schedule (saturate (run {trip})) {rules} (saturate (run {trip})))"
 
     # -- feeding terms -------------------------------------------------------------------------------------
     def _node(self, t: Term, leaves: frozenset[int]) -> Any:
         if t.id in leaves:
             return _call("Leaf", _lit(t.id))
-        v = scalar_value(t) if t.op in ("constant", "broadcast_in_dim") else None
+        v = scalar_exact(t) if t.op in ("constant", "broadcast_in_dim") else None
         if v is not None:
-            return _call("Splat", _lit(float(v)), _lit(type_text(t)))
+            return _splat(v, t)
         args = [_var(a.id) for a in t.args]
-        typed = algebra.TYPED_BINARY.get(t.op) if len(args) == 2 else algebra.TYPED_UNARY.get(t.op)
+        typed = _typed(t)
         if typed is not None:
             return _call(typed, *args)
         head = [_lit(t.op), _lit(type_text(t)), _lit(attr_text(t.attrs))]
         if len(args) <= 3:
             return _call(f"Op{len(args)}", *head, *args)
         return _call("OpN", *head, _call("vec-of", *args))
+
+    def _negations(self, order: Sequence[Term]) -> list[Any]:
+        """`-c` is the constant `-c` (computed exactly in the dtype: negation wraps on integers): a fact
+        per constant fed, so the rules that move negations onto constants meet the folded spelling."""
+        out = []
+        for t in order:
+            v = scalar_exact(t) if t.op in ("constant", "broadcast_in_dim") else None
+            domain = algebra.domain_of(t.type.dtype)
+            if v is None or domain is None:
+                continue
+            neg = _negated(v, t.type.dtype)
+            if neg is None:
+                continue
+            lhs = _call(algebra.NEGATE[domain], _splat(v, t))
+            out.append(bindings.ActionCommand(bindings.Union(_SPAN, lhs, _splat(neg, t))))
+        return out
 
     # -- questions -------------------------------------------------------------------------------------
     def equal(self, pairs: Sequence[tuple[Term, Term]], leaves: frozenset[int], key: tuple[Any, ...] | None = None
@@ -143,14 +190,14 @@ class EGraph:
             t, expanded = stack.pop()
             if t.id in seen:
                 continue
-            if expanded or t.id in leaves or not t.args or scalar_value(t) is not None:
+            if expanded or t.id in leaves or not t.args or scalar_exact(t) is not None:
                 seen.add(t.id)
                 order.append(t)
                 continue
             stack.append((t, True))
             stack.extend((a, False) for a in reversed(t.args) if a.id not in seen)
         actions = [bindings.ActionCommand(bindings.Let(_SPAN, f"$t{t.id}", self._node(t, leaves))) for t in order]
-        self.raw.run_program(*actions)
+        self.raw.run_program(*actions, *self._negations(order))
         return len(actions)
 
     def _saturate_and_compare(self, pairs: Sequence[tuple[Term, Term]]) -> tuple[bool, ...]:

@@ -8,6 +8,7 @@ proven equal to the reference's. Only then is the verdict `Equivalent`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -273,6 +274,7 @@ class _Prover:
         proofs: list[OutputProof] = []
         evidence: list[Finding] = []
         doubts: list[Finding] = []
+        partial: dict[int, Counterexample] = {}  # finding id -> the op-level case of a value left partial
         for j, (bt, f) in enumerate(zip(before_terms, aouts, strict=True)):
             g = ad.lift(f) if isinstance(f, Varying) else f
             if isinstance(g, Failed):
@@ -291,6 +293,7 @@ class _Prover:
                            expected.describe(self.ap.mesh) if expected else "no partial axes",
                            g.layout.describe(self.ap.mesh)), j, self.bp, bd, self.ap, ad)
                 evidence.append(finding)
+                partial[id(finding)] = _partial_counterexample(j, bt.type.rank)
                 continue
             term = g.term
             if expected is not None and g.layout != expected:
@@ -315,13 +318,45 @@ class _Prover:
             else:
                 doubts.append(finding)
         if evidence:
-            return Discrepancy(tuple(evidence + doubts))
+            return self._backed(evidence, doubts, partial)
         if doubts:
             reason = doubts[0].reason
             if self.egraph.stats.exhausted:
                 reason += " (an e-graph budget ran out: raise --iterations, --nodes or --timeout)"
             return Unknown(reason, tuple(doubts))
         return Equivalent(tuple(proofs))
+
+    def _backed(self, evidence: list[Finding], doubts: list[Finding], partial: dict[int, Counterexample]
+                ) -> Discrepancy | Unknown:
+        """A discrepancy is printed only with a counterexample: inputs on which the programs, executed,
+        differ. Layout contradictions are first checked by running both programs (devices simulated);
+        when the programs agree, the contradiction was a layout the rules do not model: `unknown`. Where
+        the programs are too big to run, a value left partial is shown wrong at the op alone."""
+        if any(f.counterexample is not None for f in evidence):
+            return Discrepancy(tuple(evidence + doubts))
+        first = evidence[0]
+        if _runnable(self.bp, self.ap, self.opts.numeric_limit):
+            from .oracle import numeric_check
+
+            result = numeric_check(self.bp.module, self.ap.module, self.opts.seed, self._assumed_bounds())
+            cex = result.get("counterexample")
+            if result.get("ran") and not result["ok"] and isinstance(cex, Counterexample):
+                return Discrepancy((dataclasses.replace(first, counterexample=cex), *evidence[1:], *doubts))
+            if result.get("ran") and result["ok"]:
+                return Unknown(f"not proven: {first.reason} — yet both programs agree when run on random inputs, "
+                               "so this is a layout the rules do not model, not evidence of a bug",
+                               tuple(evidence + doubts))
+        for i, f in enumerate(evidence):
+            if id(f) in partial:
+                backed = dataclasses.replace(f, counterexample=partial[id(f)])
+                return Discrepancy((*evidence[:i], backed, *evidence[i + 1:], *doubts))
+        return Unknown(f"not proven: {first.reason} (no counterexample: the programs were not run)",
+                       tuple(evidence + doubts))
+
+    def _assumed_bounds(self) -> dict[int, tuple[int, int]]:
+        """Input index -> promised half-open range, for the random inputs of a numeric run."""
+        names = {_param_name(self.bp, i): i for i in range(len(self.bp.func.params))}
+        return {names[k]: v for k, v in self.opts.assume.items() if k in names}
 
     def _blockwise(self, term: Term, bt: Term, norm: blockwise.Normaliser) -> bool:
         if not blockwise.equal(self.terms, term, bt, norm):
@@ -342,7 +377,7 @@ class _Prover:
         inputs = _stacked_random(self.bp, devices, rng)
         b = numeric.run(self.bp.func, inputs, devices, module=self.bp.module)[j]
         a = numeric.run(self.ap.func, inputs, devices, module=self.ap.module)[j]
-        return np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        return np.asarray(a), np.asarray(b)
 
     def _counterexample(self, j: int, after_term: Term, before_term: Term) -> Counterexample | None:
         """Both sides evaluated on random inputs: the evidence that an unproven equality is false."""
@@ -358,15 +393,20 @@ class _Prover:
             else:
                 leaves = {t.id: t for root in (after_term, before_term) for t in root.walk() if t.op == "param"}
                 env = {i: _random(t.type, rng, self.terms.intervals.get(i)) for i, t in leaves.items()}
-                a = evaluate(after_term, env).astype(np.float64)
-                b = evaluate(before_term, env).astype(np.float64)
+                a = evaluate(after_term, env)
+                b = evaluate(before_term, env)
         except (NotEvaluable, UnsupportedError, ValueError, TypeError, IndexError, KeyError, NotImplementedError):
             return None
         if a.shape != b.shape:
             return None
+        exact = a.dtype.kind in "iub" and b.dtype.kind in "iub"  # 2**53 + 1 and 2**53 differ, even as floats not
+        same_exactly = a == b if exact else None
+        before_raw, after_raw = b, a
+        a, b = a.astype(np.float64), b.astype(np.float64)
         with np.errstate(all="ignore"):
             diff = np.abs(a - b)
-            same = (a == b) | (np.isnan(a) & np.isnan(b)) | (diff <= 1e-3 + 1e-3 * np.abs(b))
+            same = same_exactly if same_exactly is not None else \
+                (a == b) | (np.isnan(a) & np.isnan(b)) | (diff <= 1e-3 + 1e-3 * np.abs(b))
         bad = ~same
         if not np.isfinite(b).any():
             return None  # random inputs drove the reference to inf/NaN everywhere: no evidence either way
@@ -376,7 +416,32 @@ class _Prover:
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, diff, -1))), a.shape))
         # a NaN or inf where the reference is finite is an unbounded difference, not none
         worst = float(np.max(np.where(np.isfinite(diff), diff, np.inf)[bad]))
+        if exact:
+            gaps = np.abs(after_raw.astype(object) - before_raw.astype(object))[bad]
+            return Counterexample(j, idx, int(before_raw[idx]), int(after_raw[idx]), float(max(gaps)))
         return Counterexample(j, idx, float(b[idx]), float(a[idx]), worst)
+
+
+def _runnable(bp: Program, ap: Program, limit: int) -> bool:
+    """Whether both programs are small enough to run whole (elements made by all ops, all devices)."""
+    devices = max(ap.mesh.size, ap.module.num_partitions, 1)
+    total = 0
+    for p, copies in ((bp, 1), (ap, devices)):
+        for op in walk(p.func.body.ops):
+            for r in op.results:
+                if isinstance(r.type, TensorType):
+                    total += r.type.size * copies
+            if total > limit:
+                return False
+    return True
+
+
+def _partial_counterexample(j: int, rank: int) -> Counterexample:
+    """Output `j` left partial over an axis (a reduction missing, over the wrong axes or with the wrong
+    reducer) is wrong for the inputs where one device of the axis holds the whole value and the others
+    zero: there a device holds 0 where the reference has 1. Built at the op alone, for programs too big
+    to run whole."""
+    return Counterexample(j, (0,) * rank, 1.0, 0.0, 1.0)
 
 
 def _stacked_random(p: Program, devices: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -24,8 +24,14 @@ from .report import Counterexample, Discrepancy, Equivalent, Finding, Report, Un
 RTOL, ATOL = 2e-2, 2e-3  # float32 sums in another order drift ~1e-3 on unit-variance inputs
 
 
-def numeric_check(before: Module, after: Module, seed: int) -> dict[str, Any]:
+def numeric_check(before: Module, after: Module, seed: int,
+                  bounds: dict[int, tuple[int, int]] | None = None) -> dict[str, Any]:
+    """Both programs on the same random inputs (integer input i in `bounds[i]`, a half-open promised
+    range, when given)."""
     inputs = numeric.random_inputs(before, seed)
+    rng = np.random.default_rng(seed + 1)
+    for i, (lo, hi) in (bounds or {}).items():
+        inputs[i] = rng.integers(lo, hi, size=inputs[i].shape).astype(inputs[i].dtype)
     try:
         ref, out = numeric.run_pair(before, after, inputs)
     except (ScalifyError, ValueError, TypeError, IndexError) as err:

@@ -49,12 +49,15 @@ class Site:
 class Counterexample:
     output: int
     index: tuple[int, ...]
-    before: float
-    after: float
+    before: float | int  # integers exactly: 2**53 + 1 is not a float
+    after: float | int
     max_abs_error: float
 
     def describe(self) -> str:
-        return (f"output {self.output}{list(self.index)}: before {self.before:.6g}, after {self.after:.6g} "
+        def show(v: float | int) -> str:
+            return str(v) if isinstance(v, int) else f"{v:.6g}"
+
+        return (f"output {self.output}{list(self.index)}: before {show(self.before)}, after {show(self.after)} "
                 f"(max |difference| {self.max_abs_error:.3g})")
 
 

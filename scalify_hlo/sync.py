@@ -16,10 +16,12 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from scalify_hlo.rules.algebra import exact_text
+
 from .egraph import EGraph, attr_text
 from .facts import Holds
 from .ir import Op
-from .terms import Term, scalar_value
+from .terms import Term, scalar_exact, scalar_value
 
 MAX_REGION = 4000  # nodes on one side of a question; beyond, we do not ask
 MAX_UP = 64  # how far above the shared leaves to look for a before term to match
@@ -188,11 +190,11 @@ def shape_key(roots: list[Term], leaves: frozenset[int]) -> tuple[Any, ...]:
             t, expanded = stack.pop()
             if t.id in index:
                 continue
-            v = scalar_value(t) if t.op in ("constant", "broadcast_in_dim") else None
+            v = scalar_exact(t) if t.op in ("constant", "broadcast_in_dim") else None
             if t.id in leaves:
                 token: Any = ("L", leaf_no.setdefault(t.id, len(leaf_no)))
             elif v is not None:
-                token = ("S", v, t.type)
+                token = ("S", exact_text(v), t.type)
             elif not expanded and t.args:
                 stack.append((t, True))
                 stack.extend((a, False) for a in reversed(t.args) if a.id not in index)

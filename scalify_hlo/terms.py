@@ -83,6 +83,20 @@ def scalar_value(t: Term) -> float | None:
     return None
 
 
+def scalar_exact(t: Term) -> int | float | complex | None:
+    """The exact value of a scalar constant or a broadcast of one: a Python int for integer and boolean
+    types (an int64 or uint64 constant does not fit a float), a float or complex otherwise."""
+    while t.op == "broadcast_in_dim":
+        t = t.args[0]
+    if t.op != "constant":
+        return None
+    lit: Literal = t.attr("value")
+    if lit.array.size != 1:
+        return None
+    item = lit.array.reshape(-1)[0].item()
+    return int(item) if isinstance(item, bool) else item
+
+
 class Terms:
     """The intern table. `mk` interns exactly; `apply` canonicalises first."""
 

@@ -63,6 +63,7 @@ from programs import (  # noqa: E402
     ring_attention,
     rmsnorm,
     rope_sp,
+    soundness,
     train,
     ulysses,
     vocab_parallel,
@@ -172,9 +173,14 @@ def header(kind: str, description: str) -> str:
 
 
 def allclose(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
-    return len(a) == len(b) and all(
-        x.shape == y.shape and np.allclose(x, y, rtol=RTOL, atol=ATOL) for x, y in zip(a, b, strict=True)
-    )
+    return len(a) == len(b) and all(x.shape == y.shape and _close(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _close(x: np.ndarray, y: np.ndarray) -> bool:
+    """Integers exactly (2**53 and 2**53 + 1 are close as floats), floats within the tolerances."""
+    if np.asarray(x).dtype.kind in "iub" and np.asarray(y).dtype.kind in "iub":
+        return bool(np.array_equal(x, y))
+    return bool(np.allclose(x, y, rtol=RTOL, atol=ATOL))
 
 
 def max_abs_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
@@ -1094,6 +1100,58 @@ fixture("pipeline_ppermute_shard_map_wrong_pairs", "2-stage pipeline whose pperm
         "1 -> 0 instead of 0 -> 1")(_pipeline("wrong_pairs"))
 
 
+# ------------------------------------------------------------------ soundness: once false `equivalent`s
+
+
+def _sound_pair(ref: Callable[..., Any], body: Callable[..., Any], args: Sequence[np.ndarray],
+                argnames: Sequence[str], specs: Sequence[Any], out_spec: Any,
+                x64: bool = False) -> Callable[[str], Built]:
+    """A shard_map pair over one 8-device axis "x" whose body carries a `# BUG:` line (or none)."""
+    def fn(name: str) -> Built:
+        mesh = make_mesh((8,), ("x",))
+        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_spec))
+        with jax.enable_x64(x64):
+            return shard_map_pair(name, ref, impl, mesh, args, argnames, specs,
+                                  body if "# BUG:" in inspect.getsource(body) else None)
+
+    return fn
+
+
+def _ints(name: str, shape: tuple[int, ...], lo: int, hi: int, dtype: Any = np.int32) -> np.ndarray:
+    return rng_for(name).integers(lo, hi, shape).astype(dtype)
+
+
+_DIV_ARGS = [_ints("int_div_a", (64, 2), -50, 50), _ints("int_div_b", (64, 2), -50, 50),
+             _ints("int_div_c", (64, 2), 1, 9)]
+fixture("int_div_reassociated_shard_map", "int32 (a*b)/c against a*(b/c) in a shard_map body: integer "
+        "division is not real division (once a false equivalent)")(
+    _sound_pair(soundness.int_div_ref, soundness.int_div_body, _DIV_ARGS, ["a", "b", "c"], [P("x")] * 3, P("x")))
+fixture("int_div_shard_map", "int32 (a*b)/c computed the same way on every shard (correct)")(
+    _sound_pair(soundness.int_div_ref, soundness.int_div_body_correct, _DIV_ARGS, ["a", "b", "c"],
+                [P("x")] * 3, P("x")))
+fixture("int64_constant_shard_map", "int64 x + 2**53 against x + (2**53 + 1): constants equal only as float64 "
+        "(once a false equivalent)")(
+    _sound_pair(soundness.int64_const_ref, soundness.int64_const_body, [_ints("int64_x", (64,), 0, 100, np.int64)],
+                ["x"], [P("x")], P("x"), x64=True))
+fixture("uint64_constant_shard_map", "uint64 x*2 + (2**64-1) against (2**64-2) + x*2: constants equal only as "
+        "float64 (once a false equivalent)")(
+    _sound_pair(soundness.uint64_const_ref, soundness.uint64_const_body,
+                [_ints("uint64_x", (64,), 0, 100, np.uint64)], ["x"], [P("x")], P("x"), x64=True))
+
+
+def _window_lookup(name: str) -> Built:
+    table = rng_for(name).standard_normal((soundness.VOCAB, soundness.DIM)).astype(np.float32)
+    ids = _ints(name, (64,), 0, soundness.VOCAB - 1)
+    built = _sound_pair(soundness.window_lookup_ref, soundness.window_lookup_body, [table, ids], ["table", "ids"],
+                        [P("x", None), P()], P())(name)
+    return dataclasses.replace(built, assume={"ids": [0, soundness.VOCAB - 1]})
+
+
+fixture("window_lookup_vocab_shard_map", "vocab-parallel lookup of two-row windows (dynamic_slice of size 2) "
+        "masked to the shard and psum'd: windows crossing a shard edge are clamped inside the shard "
+        "(once a false equivalent under --assume)")(_window_lookup)
+
+
 # ============================================================================================ writing
 
 
@@ -1136,7 +1194,7 @@ def write_fixture(b: Built) -> dict[str, int]:
     files["expected.json"] = (json.dumps(expected, indent=2) + "\n").encode()
     arrays: dict[str, np.ndarray] = {}
     for i, x in enumerate(b.inputs):
-        assert x.dtype in (np.float32, np.int32), f"{b.name}: input {i} has dtype {x.dtype}"
+        assert x.dtype in (np.float32, np.int32, np.int64, np.uint64), f"{b.name}: input {i} has dtype {x.dtype}"
         arrays[f"in_{i}"] = x
     for i, x in enumerate(b.before_out):
         arrays[f"before_out_{i}"] = x
