@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from scalify_hlo.ir import Literal, TensorType
 from scalify_hlo.parsers.stablehlo import numpy_dtype
 from scalify_hlo.rules import algebra
+
+from scalify_hlo.ir import Literal, TensorType
 from scalify_hlo.termeval import evaluate
 from scalify_hlo.terms import Term, Terms
 
