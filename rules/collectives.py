@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from scalify_hlo.errors import ShardingError
-from scalify_hlo.facts import Ctx, Fact, Failed, Holds, Varying
+from scalify_hlo.errors import ShardingError, UnmodelledShardingError
+from scalify_hlo.facts import Ctx, Fact, Failed, Holds, Varying, upstream
 from scalify_hlo.ir import Literal, Op, TensorType
 from scalify_hlo.mesh import Layout, Reducer, axes_of_groups, shift_of_pairs
 from scalify_hlo.terms import Term
@@ -21,21 +21,25 @@ from .spmd import COLLECTIVE_NAME, axes_text, reducer_of
 
 # --------------------------------------------------------------------------------------------- collectives
 
-def _groups_axes(ctx: Ctx, op: Op) -> tuple[str, ...] | Failed:
+def _groups_axes(ctx: Ctx, op: Op, *, ordered: bool = True) -> tuple[str, ...] | Failed:
+    """The mesh axes `op`'s replica groups span. `ordered=False` (all-reduce) reads each group as a set:
+    the order of its members is then no evidence of anything."""
     groups = op.attrs.get("replica_groups")
     if "channel_handle" not in op.attrs:
         return ()  # cross-replica with one replica: every partition is its own group
     arr = groups.array if isinstance(groups, Literal) else None
     try:
-        import numpy as np
-
-        return axes_of_groups(arr if arr is not None else np.zeros((0,), dtype=np.int64), ctx.mesh, ctx.mesh.size)
+        return axes_of_groups(arr if arr is not None else np.zeros((0,), dtype=np.int64), ctx.mesh, ctx.mesh.size,
+                              ordered=ordered)
+    except UnmodelledShardingError as err:
+        # Legal groups the mesh model cannot express: unknown, not a discrepancy without a counterexample.
+        return ctx.unsupported(op, err.message)
     except ShardingError as err:
         return ctx.fail(op, f"{op.opcode}: {err.message}", evidence=True)
 
 
 def all_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    axes = _groups_axes(ctx, op)
+    axes = _groups_axes(ctx, op, ordered=False)  # a reduction: who comes first in a group does not matter
     reducer = reducer_of(op.regions[0]) if op.regions else None
     out: list[Fact] = []
     for f in facts:
@@ -50,7 +54,7 @@ def all_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
 
 def _all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: Reducer) -> Fact:
     if isinstance(f, Failed):
-        return Failed(f.reason, op, f.evidence, True, f.origin)
+        return upstream(f, op)
     if not isinstance(f, Holds):
         return ctx.unsupported(op, "an all-reduce of a non-tensor")
     layout, term = f.layout, f.term
@@ -62,7 +66,7 @@ def _all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: R
                 return ctx.fail(op, f"all-reduce {reducer.value} over {axes_text(ctx, frozenset(axes))} but the value "
                                 f"is partial under {partial[a].value} over \"{a}\"", evidence=True,
                                 origin=f.origin, expected=f"{COLLECTIVE_NAME[partial[a]]}",
-                                found=f"{COLLECTIVE_NAME[reducer]}")
+                                found=f"{COLLECTIVE_NAME[reducer]}", partial=True)
             del partial[a]
         elif a in layout.split_axes():
             folded = _fold_shards(ctx, term, layout, a, reducer)
@@ -119,7 +123,7 @@ def all_gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         if isinstance(axes, Failed) or isinstance(f, Failed):
             bad = axes if isinstance(axes, Failed) else f
             assert isinstance(bad, Failed)
-            out.append(bad if bad is axes else Failed(bad.reason, op, bad.evidence, True, bad.origin))
+            out.append(bad if bad is axes else upstream(bad, op))
             continue
         if not isinstance(f, Holds):
             out.append(ctx.unsupported(op, "an all-gather of a non-tensor"))

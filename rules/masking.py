@@ -353,8 +353,8 @@ def _gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | Non
     if len(g.start_index_map) != 1 or (g.index_vector_dim < itype.rank and itype.shape[g.index_vector_dim] != 1):
         return None
     d = g.start_index_map[0]
-    sizes = tuple(op.attrs.get("slice_sizes") or ())
-    if d < len(sizes) and sizes[d] != 1:
+    sizes = op.attrs.get("slice_sizes")
+    if isinstance(sizes, tuple) and d < len(sizes) and sizes[d] != 1:
         # A window of several rows starting near the shard's end is clamped inside the local shard, not
         # continued on the next device: the masked pieces do not sum to the reference's window.
         return (ctx.unsupported(op, f"a shifted-index gather of windows of {sizes[d]} rows along the split dim "

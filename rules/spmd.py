@@ -10,7 +10,7 @@ or says why not: with `evidence=True` when the layouts contradict each other (th
 from __future__ import annotations
 
 from scalify_hlo.errors import ShardingError
-from scalify_hlo.facts import Ctx, Fact, Failed, Holds, TupleFact, Varying, join, view
+from scalify_hlo.facts import Ctx, Fact, Failed, Holds, TupleFact, Varying, join, upstream, view
 from scalify_hlo.ir import Op, Region, TensorType
 from scalify_hlo.mesh import Layout, Reducer
 from scalify_hlo.terms import Term, scalar_value
@@ -96,7 +96,7 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         holds = [ctx.lift(f) if isinstance(f, Varying) else f for f in holds]
     for f in holds:
         if isinstance(f, Failed):
-            return (Failed(f.reason, op, f.evidence, True, f.origin),)
+            return (upstream(f, op),)
     hs = [f for f in holds if isinstance(f, Holds)]
     if len(hs) != len(holds):
         return (ctx.unsupported(op, "operands that are not tensors"),)
@@ -112,7 +112,7 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     if len(partials) > 1:
         return (ctx.fail(op, f"{op.opcode} combines values partial over different axes "
                          f"({'; '.join(ctx.describe(Layout((), p)) for p in partials)})", evidence=True,
-                         origin=origin),)
+                         origin=origin, partial=True),)
     partial = next(iter(partials), ())
     if partial:
         reducers = {r for _, r in partial}
@@ -124,7 +124,7 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
                 op, f"{op.opcode} is applied to a value that is still partial over {axes_text(ctx, axes)} "
                 f"(each device holds a partial {r.value}); a {COLLECTIVE_NAME[r]} over {axes_text(ctx, axes)} "
                 "is missing before it", evidence=True, origin=origin,
-                expected="no partial axes", found=ctx.describe(Layout((), partial))),)
+                expected="no partial axes", found=ctx.describe(Layout((), partial)), partial=True),)
     dims = join([Layout(h.layout.dims) for h in hs])
     if dims is None:
         return (_misaligned(ctx, op, hs),)
@@ -158,7 +158,7 @@ def dot_general(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     if not isinstance(lhs, Holds) or not isinstance(rhs, Holds):
         bad = lhs if isinstance(lhs, Failed) else rhs
         if isinstance(bad, Failed):
-            return (Failed(bad.reason, op, bad.evidence, True, bad.origin),)
+            return (upstream(bad, op),)
         return (ctx.unsupported(op, "operands that are not tensors"),)
     dims = op.attrs.get("dot_dimension_numbers")
     from scalify_hlo.ir import DotDims
@@ -167,7 +167,7 @@ def dot_general(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         dims = DotDims((), (), (lhs.term.type.rank - 1,), (0,))
     if lhs.layout.partial and rhs.layout.partial:
         return (ctx.fail(op, "dot_general of two partial values: the products of partial sums are not the "
-                         "product of the sums; a psum is missing", evidence=True, origin=lhs.origin),)
+                         "product of the sums; a psum is missing", evidence=True, origin=lhs.origin, partial=True),)
     partial_in = lhs.layout.partial or rhs.layout.partial
     origin = lhs.origin if lhs.layout.partial else rhs.origin
     ld, rd = list(lhs.layout.dims), list(rhs.layout.dims)
@@ -195,7 +195,8 @@ def dot_general(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     out_dims = [ld[i] for i in dims.lhs_batch] + [ld[i] for i in lhs_free] + [rd[i] for i in rhs_free]
     partial = dict(partial_in)
     if partial and any(r is not Reducer.SUM for r in partial.values()):
-        return (ctx.fail(op, "dot_general of a value partial under max/min", evidence=True, origin=origin),)
+        return (ctx.fail(op, "dot_general of a value partial under max/min", evidence=True, origin=origin,
+                         partial=True),)
     for axis in contracted:
         partial[axis] = Reducer.SUM
     try:
@@ -218,7 +219,7 @@ def reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     x, init = (ctx.lift(f) if isinstance(f, Varying) else f for f in facts)
     for f in (x, init):
         if isinstance(f, Failed):
-            return (Failed(f.reason, op, f.evidence, True, f.origin),)
+            return (upstream(f, op),)
     if not isinstance(x, Holds) or not isinstance(init, Holds):
         return (ctx.unsupported(op, "operands that are not tensors"),)
     reducer = reducer_of(op.regions[0])
@@ -232,7 +233,7 @@ def reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     if partial and any(r is not reducer for r in partial.values()):
         r = next(iter(partial.values()))
         return (ctx.fail(op, f"reduce {reducer.value} of a value partial under {r.value}; a "
-                         f"{COLLECTIVE_NAME[r]} is missing before it", evidence=True, origin=x.origin),)
+                         f"{COLLECTIVE_NAME[r]} is missing before it", evidence=True, origin=x.origin, partial=True),)
     if (split or partial) and not _is_identity(init.term, reducer):
         return (ctx.fail(op, "reduce over a split dim with an init value that is not the reducer's identity: "
                          "every device adds it once", evidence=True),)

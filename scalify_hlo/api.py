@@ -16,8 +16,9 @@ import scalify_hlo.parsers as parsers
 from .egraph import Budget
 from .engine import Options
 from .engine import verify as _verify
+from .errors import UnsupportedError, UsageError
 from .ir import Module
-from .report import Report
+from .report import Report, Unknown
 
 Source = str | bytes | Path | Module | Any
 
@@ -56,16 +57,35 @@ def verify(before: Source, after: Source, *, numeric: bool = False, seed: int = 
     `assume={"ids": (0, vocab)}` states that an integer input lies in a half-open range (what `table[ids]`
     promises); the verdict then holds for such inputs only. Returns a `Report`; `report.name` is
     "equivalent", "discrepancy" or "unknown", `report.render()` the compiler-style diagnostic,
-    `report.to_json()` the JSON report. Bad input raises `ScalifyError`."""
+    `report.to_json()` the JSON report. Bad input raises `ScalifyError`; a legal program the tool does
+    not model (`UnsupportedError`) is an `unknown` report, as on the command line. A path of "-" reads
+    standard input, for one of the two programs at most."""
+    if _is_stdin(before) and _is_stdin(after):
+        raise UsageError(None, "both before and after are '-'; standard input can be one of them, expected "
+                         "a file or text for the other")
     bm, am = as_module(before, "<before>"), as_module(after, "<after>")
     opts = Options(numeric=numeric, budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed,
                    assume=dict(assume or {}))
-    report = _verify(bm, am, opts)
+    try:
+        report = _verify(bm, am, opts)
+    except UnsupportedError as err:
+        report = unmodelled_report(bm.path, am.path, err)
     if numeric:
         from .oracle import with_numeric
 
         report = with_numeric(report, bm, am, seed)
     return report
+
+
+def _is_stdin(source: Source) -> bool:
+    return isinstance(source, str | Path) and str(source) == parsers.STDIN
+
+
+def unmodelled_report(before: str, after: str, err: UnsupportedError) -> Report:
+    """The report on a legal program the tool does not model (device lists no mesh expresses, ...):
+    `unknown` with the reason, where bad input would be an exception (exit 3)."""
+    where = f"{err.span}: " if err.span is not None else ""
+    return Report(Unknown(f"{where}{err.message}"), before, after)
 
 
 def assert_equivalent(report: Report) -> None:

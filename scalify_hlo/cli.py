@@ -1,8 +1,13 @@
 """The `scalify-hlo` command line (typer).
 
-Exit codes: 0 equivalent, 1 discrepancy, 2 unknown, 3 bad input. Bad input prints one diagnostic with
-file, line and what was expected; nothing ever prints a Python traceback (set SCALIFY_DEBUG=1 to get one
-for an internal error).
+Exit codes: 0 equivalent, 1 discrepancy, 2 unknown (also a legal program the tool does not model),
+3 bad input, usage errors included. Bad input prints one diagnostic with file, line and what was
+expected; nothing ever prints a Python traceback (set SCALIFY_DEBUG=1 to get one for an internal error).
+The codes are given by the command group itself (`_Commands`), so `typer.testing.CliRunner` sees the
+same ones as the installed script.
+
+Inputs are regular files, or `-` for standard input (one of the two at most), up to 2 GiB each
+(SCALIFY_MAX_INPUT_BYTES sets another limit; see `scalify_hlo.parsers.load`).
 """
 
 from __future__ import annotations
@@ -11,16 +16,84 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
-from .errors import ScalifyError
+from .errors import ScalifyError, Span, UnsupportedError, UsageError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+EXIT_UNKNOWN = 2
+EXIT_BAD_INPUT = 3
+EXIT_INTERRUPTED = 130
+
+
+class _Commands(TyperGroup):
+    """The command group, with this tool's exit codes for every way a run can end."""
+
+    def main(self, *args: Any, **kwargs: Any) -> NoReturn:
+        # Not standalone: errors come back here instead of being printed and exited on with click's codes
+        # (click exits 2 on a usage error, which here means `unknown`).
+        kwargs["standalone_mode"] = False
+        try:
+            rc = super().main(*args, **kwargs)
+            code = rc if isinstance(rc, int) else 0
+        except UnsupportedError as err:  # a legal program the tool does not model: unknown, not bad input
+            typer.echo(err.render(), err=True)
+            code = EXIT_UNKNOWN
+        except ScalifyError as err:
+            typer.echo(err.render(), err=True)
+            code = EXIT_BAD_INPUT
+        except (typer.Abort, KeyboardInterrupt):
+            code = EXIT_INTERRUPTED
+        except Exception as err:  # usage errors and our own bugs: one message, never a traceback
+            show = getattr(err, "show", None)
+            if callable(show) and isinstance(getattr(err, "exit_code", None), int):
+                show()  # a usage error (typer vendors click; its exceptions carry show() and exit_code)
+                code = EXIT_BAD_INPUT
+            elif os.environ.get("SCALIFY_DEBUG"):
+                raise
+            else:
+                typer.echo(f"internal error: {type(err).__name__}: {err} (set SCALIFY_DEBUG=1 for a traceback)",
+                           err=True)
+                code = EXIT_UNKNOWN
+        sys.exit(code)
+
+
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Prove a distributed JAX/XLA program equivalent to its single-device reference.")
 
-EXIT_BAD_INPUT = 3
+STDIN = "-"
+
+
+def _positive_seconds(value: float) -> float:
+    # click's FloatRange has no open lower bound, and a zero or NaN budget is as meaningless as a negative one.
+    if not value > 0:
+        raise typer.BadParameter(f"{value} is not a positive number of seconds")
+    return value
+
+
+def _check_output(option: str, path: Path | None) -> None:
+    """Bad input (exit 3) when `path` cannot take a file, found before any work is done: a run that ends
+    in a report nobody can write is time wasted."""
+    if path is None or str(path) == STDIN:
+        return
+    if path.is_dir():
+        raise UsageError(Span(str(path)), f"{option}: is a directory; expected the path of a file to write")
+    parent = path.parent
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise UsageError(Span(str(path)), f"{option}: the folder {parent} {what}; expected a file in an "
+                         "existing folder")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(Span(str(path)), f"{option}: not writable; expected a file this user can write")
+
+
+def _write(option: str, path: Path, text: str) -> None:
+    try:
+        path.write_text(text + "\n", encoding="utf-8")
+    except OSError as err:  # (checked before the run; this is what changed since)
+        raise UsageError(Span(str(path)), f"{option}: cannot write: {err.strerror or err}") from None
 
 
 class _Progress:
@@ -57,18 +130,22 @@ def diff(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the JSON report here ('-' for stdout)")] = None,
     numeric: Annotated[bool, typer.Option(help="also run both programs on random inputs (devices simulated)")] = False,
     seed: Annotated[int, typer.Option(help="random seed of the numeric check")] = 0,
-    iterations: Annotated[int, typer.Option(help="egglog iteration budget per question")] = 12,
-    timeout: Annotated[float, typer.Option(help="egglog seconds budget per question")] = 5.0,
-    nodes: Annotated[int, typer.Option(help="egglog e-node budget per question")] = 50_000,
+    iterations: Annotated[int, typer.Option(min=1, help="egglog iteration budget per question")] = 12,
+    timeout: Annotated[float, typer.Option(callback=_positive_seconds,
+                                           help="egglog seconds budget per question (> 0)")] = 5.0,
+    nodes: Annotated[int, typer.Option(min=1, help="egglog e-node budget per question")] = 50_000,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print only the verdict line")] = False,
     assume: Annotated[list[str] | None, typer.Option(
         help="NAME=LO:HI: integer input NAME lies in [LO, HI) (token ids: JAX's table[ids] promises it); "
              "repeatable. The verdict then holds for such inputs only")] = None,
 ) -> None:
-    """Prove AFTER equivalent to BEFORE, or name the op and source line where they differ."""
+    """Prove AFTER equivalent to BEFORE, or name the op and source line where they differ ('-': stdin)."""
+    import scalify_hlo.parsers as parsers
+
+    from .api import unmodelled_report
     from .egraph import Budget
     from .engine import Options, verify
-    from .errors import UsageError
+    from .ir import Module
     from .ranges import parse_assumption
 
     promised: dict[str, tuple[int, int]] = {}
@@ -78,23 +155,32 @@ def diff(
         except ValueError as e:
             raise UsageError(None, f"--assume: {e}") from None
         promised[name] = bounds
+    if str(before) == STDIN and str(after) == STDIN:
+        raise UsageError(None, "both BEFORE and AFTER are '-'; standard input can be one of them, expected a "
+                         "file for the other")
+    _check_output("--json", json_out)
+    # Standard input is read once, here: the numeric check needs the program again.
+    sources: list[Path | Module] = [parsers.load(p) if str(p) == STDIN else p for p in (before, after)]
     bar = _Progress(enabled=not quiet and json_out is None)
     opts = Options(numeric=numeric, budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed,
                    progress=bar.update, assume=promised)
     try:
-        report = verify(before, after, opts)
+        report = verify(sources[0], sources[1], opts)
+    except UnsupportedError as err:  # a legal program the tool does not model: unknown, not bad input
+        names = [s.path if isinstance(s, Module) else str(s) for s in sources]
+        report = unmodelled_report(names[0], names[1], err)
     finally:
         bar.close()
     if numeric:
         from .oracle import with_numeric
 
-        report = with_numeric(report, before, after, seed)
+        report = with_numeric(report, sources[0], sources[1], seed)
     if json_out is not None:
         text = report.dumps()
         if str(json_out) == "-":
             typer.echo(text)
         else:
-            json_out.write_text(text + "\n", encoding="utf-8")
+            _write("--json", json_out, text)
     if json_out is None or str(json_out) != "-":
         rendered = report.render(source_root=Path.cwd())
         typer.echo(rendered.splitlines()[-1] if quiet else rendered)
@@ -102,7 +188,7 @@ def diff(
 
 
 @app.command()
-def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO text file")]) -> None:
+def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO text file ('-': stdin)")]) -> None:
     """Summarise a program: ops, collectives, mesh, layouts of inputs and outputs."""
     import scalify_hlo.parsers as parsers
 
@@ -148,11 +234,12 @@ def passes(
     """Verify each consecutive pass pair of an XLA dump; name the first pass that breaks meaning."""
     import json
 
-    from .errors import ParseError, Span
+    from .errors import ParseError
     from .passes import check_dump, render
 
     if not dump.is_dir():
         raise ParseError(Span(str(dump)), "not a directory; expected an XLA dump directory")
+    _check_output("--json", json_out)
     results = check_dump(dump, stop_at_first=stop)
     if not results:
         raise ParseError(Span(str(dump)), "no per-pass module dumps (module_*.after_*.txt) in this directory; "
@@ -165,7 +252,7 @@ def passes(
         typer.echo(json.dumps(data, indent=2, default=str))
     else:
         if json_out is not None:
-            json_out.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+            _write("--json", json_out, json.dumps(data, indent=2, default=str))
         typer.echo(render(results))
     verdicts = {r.verdict for r in results}
     raise typer.Exit(1 if "discrepancy" in verdicts else 2 if "unknown" in verdicts else 0)
@@ -173,7 +260,7 @@ def passes(
 
 @app.command()
 def audit(
-    file: Annotated[Path, typer.Argument(help="a partitioned HLO or shard_map StableHLO program")],
+    file: Annotated[Path, typer.Argument(help="a partitioned HLO or shard_map StableHLO program ('-': stdin)")],
     json_out: Annotated[Path | None, typer.Option("--json", help="write the audit as JSON ('-' for stdout)")] = None,
     plot: Annotated[Path | None, typer.Option(help="an SVG/PNG bar chart of bytes per layer (needs matplotlib)")] = None,
 ) -> None:
@@ -183,34 +270,19 @@ def audit(
     from .audit import audit as run_audit
     from .audit import plot as plot_audit
 
+    _check_output("--json", json_out)
+    _check_output("--plot", plot)
     result = run_audit(parsers.load(file))
     if json_out is not None and str(json_out) == "-":
         typer.echo(result.dumps())
     else:
         if json_out is not None:
-            json_out.write_text(result.dumps() + "\n", encoding="utf-8")
+            _write("--json", json_out, result.dumps())
         typer.echo(result.render())
     if plot is not None:
         plot_audit(result, str(plot))
 
 
 def main() -> None:
-    try:
-        rc = app(standalone_mode=False)
-        sys.exit(rc if isinstance(rc, int) else 0)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except ScalifyError as err:
-        typer.echo(err.render(), err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except (typer.Abort, KeyboardInterrupt):
-        sys.exit(130)
-    except Exception as err:  # usage errors and our own bugs: one message, never a traceback
-        show = getattr(err, "show", None)
-        if callable(show) and isinstance(getattr(err, "exit_code", None), int):
-            show()  # a usage error (typer vendors click; its exceptions carry show() and exit_code)
-            sys.exit(EXIT_BAD_INPUT)
-        if os.environ.get("SCALIFY_DEBUG"):
-            raise
-        typer.echo(f"internal error: {type(err).__name__}: {err} (set SCALIFY_DEBUG=1 for a traceback)", err=True)
-        sys.exit(2)
+    """The `scalify-hlo` script: the exit codes are the command group's (`_Commands.main`)."""
+    app()

@@ -9,6 +9,7 @@ vectorised row per device. `Failed` is a value about which nothing can be said, 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -45,6 +46,15 @@ class Failed:
     origin: Op | None = None  # for partial values consumed wrongly: the op that made them partial
     expected: str | None = None
     found: str | None = None
+    # The contradiction is a value still partial where a whole one is needed: a definite fact about the
+    # program (no layout left unrecognised), so a case can be built at the op when the program is too big
+    # to run.
+    partial: bool = False
+
+
+def upstream(f: Failed, op: Op) -> Failed:
+    """`f` carried on through `op`, which consumes the value that failed (the failure stays `f`'s)."""
+    return dataclasses.replace(f, op=op, upstream=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +179,8 @@ class Ctx:
     source: Callable[[Varying], Op | None] = lambda v: None  # the op that computed a device-varying value
 
     def fail(self, op: Op, reason: str, *, evidence: bool, origin: Op | None = None,
-             expected: str | None = None, found: str | None = None) -> Failed:
-        return Failed(reason, op, evidence, False, origin, expected, found)
+             expected: str | None = None, found: str | None = None, partial: bool = False) -> Failed:
+        return Failed(reason, op, evidence, False, origin, expected, found, partial)
 
     def unsupported(self, op: Op, what: str) -> Failed:
         return Failed(f"{op.opcode}: {what}", op, False)

@@ -30,7 +30,7 @@ from typing import TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from scalify_hlo.errors import ShardingError, Span
+from scalify_hlo.errors import ShardingError, Span, UnmodelledShardingError
 
 IntArray: TypeAlias = npt.NDArray[np.int64]
 Digit: TypeAlias = tuple[int, int]  # (size, stride in mesh positions)
@@ -65,6 +65,26 @@ def preview_devices(arr: npt.ArrayLike, limit: int = 12) -> str:
     flat = a.ravel()[:limit].tolist()
     more = ", ..." if a.size > limit else ""
     return f"shape {list(a.shape)} [{', '.join(map(str, flat))}{more}]"
+
+
+def preview_groups(groups: npt.ArrayLike, limit: int = 4, members: int = 16) -> str:
+    """Replica groups as HLO prints them, `{{0,1},{2,3}}` (the -1 padding of uneven groups dropped), the
+    first `limit` groups of at most `members` ids each: what the user finds in the file."""
+    g = np.asarray(groups, dtype=np.int64)
+    rows = g.reshape(g.shape[0], -1) if g.ndim >= 1 and g.size else np.zeros((0, 0), dtype=np.int64)
+    out = []
+    for row in rows[:limit]:
+        ids = [int(x) for x in row if x >= 0]
+        out.append("{" + ",".join(map(str, ids[:members])) + (",..." if len(ids) > members else "") + "}")
+    return "{" + ",".join(out) + (",..." if len(rows) > limit else "") + "}"
+
+
+def is_partition(groups: npt.ArrayLike, num_devices: int) -> bool:
+    """Whether the ids of `groups` (-1 entries are the padding of uneven groups) name every device of
+    0..num_devices-1 exactly once: what XLA's verifier requires of replica groups."""
+    g = np.asarray(groups, dtype=np.int64).ravel()
+    ids = g[g >= 0]
+    return ids.size == num_devices and bool(np.array_equal(np.sort(ids), np.arange(num_devices)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,20 +422,33 @@ def is_chain(cuts: Iterable[int]) -> bool:
 
 
 def infer_mesh(device_arrays: Sequence[npt.ArrayLike], num_devices: int, hint: Mesh | None = None, *,
-               labels: Sequence[str] | None = None, span: Span | None = None) -> Mesh:
+               labels: Sequence[str] | None = None, span: Span | None = None,
+               optional: Sequence[bool] | None = None) -> Mesh:
     """The coarsest refinement of `hint` (or, without one, of the order the device lists imply, axes named
     axis_0, axis_1, ...) through which every array factors. An array that only factors as a set of groups
     along its last dim (replica groups listed in another order) contributes those sets: whether their order
     is right is for `axes_of_groups` to judge, as a discrepancy rather than bad input. `labels` name the
-    arrays in errors."""
+    arrays in errors.
+
+    `optional` marks arrays that may be left out: replica groups, for which any partition of the devices
+    is a legal program. One that no refinement fits (not the fibres of any axes, or groups of different
+    sizes) does not shape the mesh; its collective is then `unknown` (`axes_of_groups`), not bad input.
+    Tile assignments that share no mesh are legal too, but nothing can be modelled without one:
+    `UnmodelledShardingError`, which is `unknown` as well."""
     arrays = [np.asarray(a, dtype=np.int64) for a in device_arrays]
     names = list(labels) if labels is not None else [f"device list #{i}" for i in range(len(arrays))]
+    skippable = list(optional) if optional is not None else [False] * len(arrays)
     iota = np.arange(num_devices, dtype=np.int64)
-    for a, label in zip(arrays, names, strict=True):
-        if a.size and (a.size != num_devices or not np.array_equal(np.sort(a, axis=None), iota)):
+    present: list[tuple[IntArray, str, bool]] = []
+    for a, label, opt in zip(arrays, names, skippable, strict=True):
+        if not a.size:
+            continue
+        if opt and (a < 0).any() and is_partition(a, num_devices):
+            continue  # uneven groups (legal for all-reduce): the fibres of no axes, so they shape nothing
+        if a.size != num_devices or not np.array_equal(np.sort(a, axis=None), iota):
             raise ShardingError(span, f"{label} ({preview_devices(a)}) is not an ordering of all "
                                 f"{num_devices} devices; expected every device exactly once")
-    present = [(a, label) for a, label in zip(arrays, names, strict=True) if a.size]
+        present.append((a, label, opt))
     if hint is not None:
         if hint.size != num_devices:
             raise ShardingError(span, f"mesh {hint.describe()} has {hint.size} devices, "
@@ -433,9 +466,20 @@ def infer_mesh(device_arrays: Sequence[npt.ArrayLike], num_devices: int, hint: M
     return Mesh(tuple((f"axis_{i}", s) for i, (_, s) in enumerate(mesh.axes)), mesh.device_ids)
 
 
-def _refine_through(base: Mesh, arrays: Sequence[tuple[IntArray, str]], span: Span | None) -> Mesh:
+def _refine_through(base: Mesh, arrays: Sequence[tuple[IntArray, str, bool]], span: Span | None) -> Mesh:
+    try:
+        return _refine_in_order(base, arrays, span)
+    except ShardingError:
+        if not any(opt for _, _, opt in arrays):
+            raise
+        # Optional groups met first may have cut the mesh where a later tile assignment does not: then
+        # the tile assignments decide, and the groups fit in where they can.
+        return _refine_in_order(base, sorted(arrays, key=lambda x: x[2]), span)
+
+
+def _refine_in_order(base: Mesh, arrays: Sequence[tuple[IntArray, str, bool]], span: Span | None) -> Mesh:
     cuts = set(cuts_of(base))
-    for a, label in arrays:
+    for a, label, opt in arrays:
         for form in _forms(base.positions(a)):
             digits = _digits_of(form)
             new = cuts | {stride for dim in digits or () for _, stride in dim}
@@ -443,9 +487,11 @@ def _refine_through(base: Mesh, arrays: Sequence[tuple[IntArray, str]], span: Sp
                 cuts = new
                 break
         else:
-            raise ShardingError(span, f"{label} ({preview_devices(a)}) does not factor through mesh "
-                                f"{refine(base, cuts).describe()} nor any refinement of it: no common mesh "
-                                "for the device lists")
+            if opt:
+                continue  # legal groups no refinement fits: left to `axes_of_groups` (unknown)
+            raise UnmodelledShardingError(
+                span, f"{label} ({preview_devices(a)}) does not factor through mesh "
+                f"{refine(base, cuts).describe()} nor any refinement of it: no common mesh for the device lists")
     return refine(base, cuts)
 
 
@@ -508,12 +554,21 @@ def canonical_groups(groups: npt.ArrayLike, mesh: Mesh | None = None) -> IntArra
     return g[np.argsort(key, kind="stable")]
 
 
-def axes_of_groups(groups: npt.ArrayLike, mesh: Mesh, num_devices: int) -> tuple[str, ...]:
+def axes_of_groups(groups: npt.ArrayLike, mesh: Mesh, num_devices: int, *, ordered: bool = True) -> tuple[str, ...]:
     """The mesh axes (major first) a [G, S] replica/device group array spans; empty = all devices in id
-    order. Groups must be the fibres of those axes, each listed in their mixed-radix order."""
+    order. Groups must be the fibres of those axes, each listed in their mixed-radix order; with
+    `ordered=False` (a reduction, where the order of a group's members means nothing) in any order.
+
+    Raises `UnmodelledShardingError` for a legal partition of the devices that is not such fibres (or has
+    groups of different sizes), and a plain `ShardingError` for a list that is no partition of the devices
+    or for fibres listed out of shard order."""
     g = np.asarray(groups, dtype=np.int64)
     if g.size == 0:
         g = np.arange(num_devices, dtype=np.int64).reshape(1, -1)
+    if g.ndim == 2 and mesh.size == num_devices and (g < 0).any() and is_partition(g, num_devices):
+        raise UnmodelledShardingError(None, f"replica groups {preview_groups(g)} are of different sizes: a legal "
+                                      "partition of the devices (all-reduce) but not the fibres of any mesh "
+                                      "axes, which is all this tool models")
     if g.ndim != 2 or mesh.size != num_devices or g.size != num_devices or \
             not np.array_equal(np.sort(g, axis=None), np.arange(num_devices)):
         raise ShardingError(None, f"replica groups {preview_devices(g)}: expected a [groups, size] array "
@@ -521,8 +576,12 @@ def axes_of_groups(groups: npt.ArrayLike, mesh: Mesh, num_devices: int) -> tuple
     if g.shape[1] == 1:
         return ()
     pos = mesh.positions(g)
+    members = g
+    if not ordered:  # each group as a set: its members in mesh order
+        members = np.take_along_axis(g, np.argsort(pos, axis=1, kind="stable"), axis=1)
+        pos = np.sort(pos, axis=1)
     # The order of the groups themselves carries no meaning; only the order inside a group does.
-    rows = g[np.argsort(pos[:, 0], kind="stable")]
+    rows = members[np.argsort(pos[:, 0], kind="stable")]
     found = factor(rows, mesh)
     if found is not None:
         return found[1]
@@ -531,9 +590,10 @@ def axes_of_groups(groups: npt.ArrayLike, mesh: Mesh, num_devices: int) -> tuple
         raise ShardingError(None, f"replica groups {preview_devices(g)} hold the devices of mesh axes "
                             f"{list(as_set[1])} but not in the mixed-radix order of any ordering of them: "
                             "group order does not match the shard order")
-    raise ShardingError(None, f"replica groups {preview_devices(g)} are not the fibres of any set of axes of "
-                        f"mesh {mesh.describe()}; expected every group to be the devices differing only in "
-                        "some axes")
+    # A legal partition of the devices all the same: not bad input, and no evidence of a bug either.
+    raise UnmodelledShardingError(None, f"replica groups {preview_groups(g)} are not the fibres of any set of "
+                                  f"axes of mesh {mesh.describe()} (every group the devices differing only in "
+                                  "some axes): a legal partition of the devices this tool does not model")
 
 
 def pairs_are_complete_permutation(pairs: npt.ArrayLike, num_devices: int) -> bool:

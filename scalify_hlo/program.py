@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _jaxlib
-from .errors import ShardingError, Span
+from .errors import ShardingError, Span, UnmodelledShardingError
 from .inline import inline
 from .ir import Attrs, Func, Literal, Module, Op, TensorType, walk
 from .mesh import Layout, Mesh, canonical_groups, infer_mesh
@@ -89,37 +89,44 @@ def _has_spmd_ops(func: Func) -> bool:
     return any(op.opcode in COLLECTIVES or op.opcode == "partition_id" for op in walk(func.body.ops))
 
 
-def _device_arrays(module: Module, func: Func, hint: Mesh | None = None) -> Iterator[tuple[np.ndarray, str]]:
-    """Every device list of the module that a mesh must factor: tile assignments and replica groups."""
-    def from_sharding(s: Sharding | None, label: str) -> Iterator[tuple[np.ndarray, str]]:
+def _device_arrays(module: Module, func: Func,
+                   hint: Mesh | None = None) -> Iterator[tuple[np.ndarray, str, bool]]:
+    """Every device list of the module that a mesh should factor, with whether it may be left out: tile
+    assignments (required) and replica groups (optional: any partition of the devices is legal, and the
+    collective of groups the mesh cannot express is reported `unknown`)."""
+    def from_sharding(s: Sharding | None, label: str) -> Iterator[tuple[np.ndarray, str, bool]]:
         if isinstance(s, Tiled):
-            yield s.devices.array, label
+            yield s.devices.array, label, False
         elif isinstance(s, TupleSharding):
             for i, e in enumerate(s.elements):
                 yield from from_sharding(e, f"{label}[{i}]")
 
+    where = Span(module.path)
+    # With several replicas, group ids are replica or flattened ids, not partitions: no mesh of partitions
+    # to read from them (the engine reports such programs unknown; they must not be bad input on the way).
+    partitions_only = module.num_replicas == 1
     for i, attrs in enumerate(func.arg_attrs):
-        yield from from_sharding(_gspmd_only(attrs), f"sharding of parameter {i}")
+        yield from from_sharding(_gspmd_only(attrs, where), f"sharding of parameter {i}")
     for i, attrs in enumerate(func.result_attrs):
-        yield from from_sharding(_gspmd_only(attrs), f"sharding of result {i}")
+        yield from from_sharding(_gspmd_only(attrs, where), f"sharding of result {i}")
     for op in walk(func.body.ops):
-        yield from from_sharding(_gspmd_only(op.attrs), f"sharding of {op.describe()}")
+        yield from from_sharding(_gspmd_only(op.attrs, where), f"sharding of {op.describe()}")
         groups = op.attrs.get("replica_groups")
-        if isinstance(groups, Literal) and groups.array.size and "channel_handle" in op.attrs:
-            yield canonical_groups(groups.array, hint), f"replica groups of {op.describe()}"
+        if partitions_only and isinstance(groups, Literal) and groups.array.size and "channel_handle" in op.attrs:
+            yield canonical_groups(groups.array, hint), f"replica groups of {op.describe()}", True
 
 
-def _gspmd_only(attrs: Attrs) -> Sharding | None:
-    return parse_gspmd(str(attrs["mhlo.sharding"])) if "mhlo.sharding" in attrs else None
+def _gspmd_only(attrs: Attrs, where: Span | None = None) -> Sharding | None:
+    return parse_gspmd(str(attrs["mhlo.sharding"]), where) if "mhlo.sharding" in attrs else None
 
 
 def module_mesh(module: Module, func: Func, hint: Mesh | None = None) -> Mesh:
     """The module's own `sdy.mesh`, else one inferred from its device lists (refining `hint`)."""
     if module.meshes:
         names = {m for m, _ in module.meshes}
-        if len(names) > 1:
-            raise ShardingError(Span(module.path), f"{len(names)} meshes ({', '.join(sorted(names))}); "
-                                "expected one sdy.mesh per module")
+        if len(names) > 1:  # legal Shardy (JAX adds maximal meshes, for one): not modelled, so unknown
+            raise UnmodelledShardingError(Span(module.path), f"{len(names)} meshes ({', '.join(sorted(names))}); "
+                                          "only modules with one sdy.mesh are modelled")
         return mesh_from_sdy(module.meshes[0][1])
     num = module.num_partitions
     arrays = list(_device_arrays(module, func, hint if hint is not None and hint.size == num else None))
@@ -129,8 +136,8 @@ def module_mesh(module: Module, func: Func, hint: Mesh | None = None) -> Mesh:
         base = None
     if not arrays:
         return base or Mesh((("axis_0", num),) if num > 1 else ())
-    return infer_mesh([a for a, _ in arrays], num, base, labels=[label for _, label in arrays],
-                      span=Span(module.path))
+    return infer_mesh([a for a, _, _ in arrays], num, base, labels=[label for _, label, _ in arrays],
+                      span=Span(module.path), optional=[opt for _, _, opt in arrays])
 
 
 def _layout(s: Sharding | None, mesh: Mesh, t: object, where: str, path: str) -> Layout | None:
@@ -139,7 +146,7 @@ def _layout(s: Sharding | None, mesh: Mesh, t: object, where: str, path: str) ->
     try:
         return layout_of(s, mesh, t.rank)
     except ShardingError as err:
-        raise ShardingError(Span(path), f"{where}: {err.message}") from None
+        raise type(err)(Span(path), f"{where}: {err.message}") from None  # (unmodelled stays unmodelled)
 
 
 def prepare(module: Module, hint: Mesh | None = None) -> Program:

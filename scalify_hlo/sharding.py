@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeAlias, assert_never
 import numpy as np
 
 from scalify_hlo import _jaxlib
-from scalify_hlo.errors import ShardingError, Span
+from scalify_hlo.errors import ShardingError, Span, UnmodelledShardingError
 from scalify_hlo.mesh import (
     IntArray,
     Layout,
@@ -141,9 +141,10 @@ def layout_of(sharding: Sharding, mesh: Mesh, rank: int) -> Layout:
                 raise ShardingError(None, f"tile assignment {devices} with {len(subgroups)} subgroup dims "
                                     f"is for rank {sharding.rank}, expected rank {rank}")
             axes = factor(devices.array, mesh)
-            if axes is None:
-                raise ShardingError(None, f"tile assignment {devices} does not factor through mesh "
-                                    f"{mesh.describe()}; expected its device grid with axes permuted")
+            if axes is None:  # any order of the devices is a legal tile assignment: unmodelled, not bad
+                raise UnmodelledShardingError(None, f"tile assignment {devices} does not factor through mesh "
+                                              f"{mesh.describe()}; only its device grid with axes permuted "
+                                              "is modelled")
             partial = tuple((a, Reducer.SUM) for kind, group in zip(subgroups, axes[rank:], strict=True)
                             if kind == "unreduced" for a in group)
             return Layout(axes[:rank], partial)
@@ -154,7 +155,10 @@ def layout_of(sharding: Sharding, mesh: Mesh, rank: int) -> Layout:
                 mesh_axes_of(name, mesh)  # only to reject names the mesh does not have
             return Layout(tuple(tuple(a for n in d for a in mesh_axes_of(n, mesh)) for d in dims),
                           tuple((a, Reducer.SUM) for n in unreduced for a in mesh_axes_of(n, mesh)))
-        case Maximal() | Unknown() | TupleSharding():
+        case Maximal() | Unknown():  # legal on any tensor, but no layout over the mesh: unmodelled
+            raise UnmodelledShardingError(None, f"{sharding} has no layout over mesh {mesh.describe()}; only "
+                                          "replicated, tiled and Shardy shardings are modelled")
+        case TupleSharding():
             raise ShardingError(None, f"{sharding} has no layout over mesh {mesh.describe()}; expected a "
                                 "replicated, tiled or Shardy sharding of one tensor")
         case _:
@@ -192,7 +196,7 @@ def parse_gspmd(text: str, span: Span | None = None) -> Sharding:
     try:
         return _parse_gspmd_cached(text.strip())
     except ShardingError as e:
-        raise ShardingError(span, e.message) from None
+        raise type(e)(span, e.message) from None  # (the same class: unmodelled stays unmodelled)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -228,8 +232,8 @@ def _from_proto(proto: Any, text: str) -> Sharding:
         case _:
             # UNREDUCED (every device holds a partial sum of the whole value) has no member in our model:
             # its device count is not in the text. Said plainly rather than guessed.
-            raise ShardingError(None, f"sharding {text!r} of kind {kind.lower()} is not supported; "
-                                "expected replicated, maximal, manual, unknown, tiled or tuple")
+            raise UnmodelledShardingError(None, f"sharding {text!r} of kind {kind.lower()} is not modelled; "
+                                          "expected replicated, maximal, manual, unknown, tiled or a tuple of them")
 
 
 def _tiled(proto: Any, text: str) -> Tiled:
