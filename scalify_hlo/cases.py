@@ -8,7 +8,8 @@ coordinate run as usual in each case; those along the axis combine the cases: an
 cases' terms, a collective-permute hands case `i`'s fact to case `j` for each pair `i → j` (zeros where
 nobody sends). A result is a fact when every case agrees on it. A loop with a static trip count (a
 `fori_loop` whose body permutes along the axis: a ring) runs iteration by iteration, its collectives
-combining the cases like any other.
+combining the cases like any other, within `UNROLL_LIMIT` iterations for a whole nest (beyond, the loop
+is derived as a loop).
 
 This is the fallback for bodies the one-pass derivation leaves `unknown`; its cost is one derivation of
 the body per coordinate, so it is tried only along axes of at most `CASE_LIMIT` devices.
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
     from .derive import Deriver
 
 CASE_LIMIT = 16
-UNROLL_LIMIT = 64  # iterations of a loop with a static trip count, run one by one in a case split
+# Iterations of a loop with a static trip count run one by one in a case split, nested loops' included:
+# a nest of loops costs the product of its trip counts unrolled, so the budget is the whole nest's.
+UNROLL_LIMIT = 64
 Hook = Callable[["Deriver", Op, tuple[Fact, ...]], tuple[Fact, ...]]
 Combine = Callable[[list["Deriver"], Op, str], list[tuple[Fact, ...]]]
 Along = Callable[[Op], Callable[[list["Deriver"], Op], list[tuple[Fact, ...]]] | None]
@@ -81,10 +84,11 @@ def derive_cases(d: Deriver, region: Region, args: Sequence[Fact], axis: str, de
     return results, merged
 
 
-def run_ops(cases: list[Deriver], ops: Sequence[Op], along: Along) -> None:
-    """Every op in every case; the collectives `along` names combine the cases instead."""
+def run_ops(cases: list[Deriver], ops: Sequence[Op], along: Along, budget: list[int] | None = None) -> None:
+    """Every op in every case; the collectives `along` names combine the cases instead. `budget` holds the
+    iterations the loop around `ops` (if any) may still unroll, its inner loops included."""
     for op in ops:
-        if op.opcode == "while" and _unrolled(cases, op, along):
+        if op.opcode == "while" and _unrolled(cases, op, along, [UNROLL_LIMIT] if budget is None else budget):
             continue
         combine = along(op)
         if combine is None:
@@ -96,17 +100,17 @@ def run_ops(cases: list[Deriver], ops: Sequence[Op], along: Along) -> None:
                 sub.facts[v] = f
 
 
-def _unrolled(cases: list[Deriver], op: Op, along: Along) -> bool:
+def _unrolled(cases: list[Deriver], op: Op, along: Along, budget: list[int]) -> bool:
     """A loop whose trip count every case knows (a `fori_loop` over a static range), run iteration by
     iteration, so that the collectives in its body combine the cases like any other. False (the loop's
     results not bound: it is derived as a loop then) when the condition is not decided, differs between
-    cases, or still holds after `UNROLL_LIMIT` iterations."""
+    cases, or holds once more than `budget` allows (shared with the loops around and inside this one)."""
     cond, body = op.regions
     carried = [[sub.facts[v] for v in op.operands] for sub in cases]
-    for _ in range(UNROLL_LIMIT + 1):
+    while True:
         for sub, facts in zip(cases, carried, strict=True):
             sub.facts.update(zip(cond.args, facts, strict=True))
-        run_ops(cases, cond.ops, along)
+        run_ops(cases, cond.ops, along, budget)
         decided = {_decided(sub, sub.facts[cond.results[0]]) for sub in cases}
         if len(decided) != 1 or None in decided:
             return False
@@ -114,11 +118,13 @@ def _unrolled(cases: list[Deriver], op: Op, along: Along) -> bool:
             for sub, facts in zip(cases, carried, strict=True):
                 sub.facts.update(zip(op.results, facts, strict=True))
             return True
+        if budget[0] <= 0:
+            return False
+        budget[0] -= 1
         for sub, facts in zip(cases, carried, strict=True):
             sub.facts.update(zip(body.args, facts, strict=True))
-        run_ops(cases, body.ops, along)
+        run_ops(cases, body.ops, along, budget)
         carried = [[sub.facts[v] for v in body.results] for sub in cases]
-    return False
 
 
 def _decided(d: Deriver, f: Fact) -> bool | None:

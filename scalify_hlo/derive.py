@@ -1,9 +1,11 @@
 """The forward derivation of `Holds` facts through a program (the Datalog part of DESIGN §3).
 
 The dataflow graph is acyclic inside a region, so the least fixpoint of the transfer rules is one pass
-in program order; `while` bodies are handled by induction (see `engine.py`). The same driver reads the
-before program: with a one-device mesh every fact is `Holds(term, replicated)`, so the before program's
-terms come out of the very same rules, and structurally equal computations meet as the same term.
+in program order; `while` bodies are handled by induction (see `engine.py`): a reference loop is a `loop`
+term binding variables of its own (`while_terms`), an after loop is proven to reproduce it. The same
+driver reads the before program: with a one-device mesh every fact is `Holds(term, replicated)`, so the
+before program's terms come out of the very same rules, and structurally equal computations meet as the
+same term.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from scalify_hlo.rules import masking
 from . import cases, per_device
 from .errors import ShardingError
 from .facts import Ctx, Fact, Failed, Holds, Varying, constant_term, view
-from .ir import Op, Region, TensorType, Value
+from .ir import Op, Region, TensorType, Value, walk
 from .mesh import Layout, Mesh
 from .program import manual_layouts
 from .semantics import IDENTITY_CUSTOM_CALLS, OPS
@@ -39,6 +41,7 @@ _VARYING_OPS = frozenset({
 })
 
 Resync = Callable[[Holds, Op], Holds]
+LoopBody = tuple[Op, tuple[Term, ...], Term, tuple[Term, ...]]  # (the loop, its variables, condition, bodies)
 Loops = Callable[["Deriver", Op, tuple[Fact, ...]], tuple[Fact, ...]]
 
 
@@ -63,10 +66,19 @@ class Deriver:
         self.case_views: dict[Value, Holds] = {}
         # ... and every case's term of each such value (None where a case holds no term), for localisation.
         self.case_terms: dict[Value, list[Term | None]] = {}
+        # Reference loops already read (`while_terms`): each loop's condition and body terms, derived once
+        # over the variables the loop binds, whatever it starts from (so a loop nest is read in linear time,
+        # however often the induction re-reads the bodies around it); and those variables' names.
+        self.loop_bodies: dict[tuple[int, ...], LoopBody | None] = {}
+        self.loop_names: dict[tuple[Any, ...], int] = {}
+        # An after loop that matches no reference loop: True gives it its own `loop` term (exact, so that
+        # the outputs can be evaluated for a counterexample); False a failure, leaving the body open for
+        # the case splits of a shard_map (`_manual` turns this off while they may still apply).
+        self.loop_terms = False
         self.hooks: dict[str, Callable[[Deriver, Op, tuple[Fact, ...]], tuple[Fact, ...]]] = {
             "custom_call": _custom_call,
             "manual_computation": _manual,
-            "while": loops if loops is not None else _while_terms,
+            "while": loops if loops is not None else while_terms,
         }
         if plain:
             # Same-device-count comparison (two per-device programs): a collective or partition-id is an
@@ -228,9 +240,11 @@ def _opaque(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     return tuple(out)
 
 
-def _while_terms(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    """A loop of the reference program: its results are terms of the loop itself (body, condition and
-    initial values), which the after program's loop is proven to reproduce by induction (engine.py)."""
+def while_terms(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """A loop of the reference program: result `k` is `loop(inits, vars, cond, bodies)[k]`, the condition
+    and the bodies being the loop's regions read over variables the term binds (`loop_term`). The after
+    program's loop is proven to reproduce it by induction (engine.py). A loop whose regions cannot be read
+    stays a term of its initial values and the regions' structure, opaque but still comparable."""
     from .semantics import region_key
 
     inits: list[Term] = []
@@ -239,24 +253,63 @@ def _while_terms(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...
         if not isinstance(g, Holds) or g.layout != Layout.replicated(g.term.type.rank):
             return tuple(d.ctx.unsupported(op, "a loop over values that are not global") for _ in op.results)
         inits.append(g.term)
-    captured = _captured(op)
-    for v in captured:
+    captured: list[Term] = []
+    for v in _captured(op):
         g = d.lift(d.facts[v])
         if not isinstance(g, Holds):
             return tuple(d.ctx.unsupported(op, "a loop that captures a non-tensor") for _ in op.results)
-        inits.append(g.term)
+        captured.append(g.term)
+    body = _loop_body(d, op, captured)
+    if body is not None:
+        _, loop_vars, cond, bodies = body
+        return tuple(Holds(t, Layout.replicated(t.type.rank)) for t in loop_term(d, inits, loop_vars, cond, bodies))
     keys = (("cond", region_key(op.regions[0])), ("body", region_key(op.regions[1])))
     out: list[Fact] = []
     for k, r in enumerate(op.results):
         t = r.tensor
-        out.append(Holds(d.terms.mk("while", tuple(inits), (*keys, ("index", k)), t), Layout.replicated(t.rank)))
+        out.append(Holds(d.terms.mk("while", (*inits, *captured), (*keys, ("index", k)), t),
+                         Layout.replicated(t.rank)))
     return tuple(out)
+
+
+def loop_term(d: Deriver, inits: Sequence[Term], loop_vars: Sequence[Term], cond: Term, bodies: Sequence[Term]
+              ) -> tuple[Term, ...]:
+    """The results of a loop as terms: `loop(inits, vars, cond, bodies)[k]`. Starting from `inits`, while
+    `cond` holds, the variables take the values of `bodies` (both read over the variables): the variables
+    are bound by the term, its meaning does not depend on their names. `termeval` evaluates it."""
+    n = len(inits)
+    return tuple(d.terms.mk("loop", (*inits, *loop_vars, cond, *bodies), (("carried", n), ("index", k)), b.type)
+                 for k, b in enumerate(bodies))
+
+
+def _loop_body(d: Deriver, op: Op, captured: list[Term]) -> LoopBody | None:
+    """The loop's condition and bodies over its variables, read once per loop and captured values.
+
+    The variables are named after the loop's structure: equal loops get equal terms, and a loop never
+    holds a loop of its own structure (a region is larger than those inside it), so an inner loop's
+    variables never shadow the ones of a loop around it."""
+    from .semantics import region_key
+
+    key = (id(op), *(t.id for t in captured))
+    if key in d.loop_bodies:
+        return d.loop_bodies[key]
+    d.loop_bodies[key] = None  # (a loop is never inside itself; the entry only guards against surprises)
+    shape = (region_key(op.regions[0]), region_key(op.regions[1]))
+    name = d.loop_names.setdefault(shape, len(d.loop_names))
+    loop_vars = tuple(d.terms.fresh(f"while{name}.{k}", v.tensor) for k, v in enumerate(op.regions[1].args))
+    args = [Holds(v, Layout.replicated(v.type.rank)) for v in loop_vars]
+    cond = [d.lift(f) for f in d.region(op.regions[0], args)]
+    bodies = [d.lift(f) for f in d.region(op.regions[1], args)]
+    held = [f for f in (*cond, *bodies) if isinstance(f, Holds) and f.layout == Layout.replicated(f.term.type.rank)]
+    if len(held) != len(cond) + len(bodies) or len(bodies) != len(loop_vars):
+        return None
+    body: LoopBody = (op, loop_vars, held[0].term, tuple(h.term for h in held[1:]))
+    d.loop_bodies[key] = body
+    return body
 
 
 def _captured(op: Op) -> list[Value]:
     """Values a region op uses from outside its regions (StableHLO regions may capture)."""
-    from .ir import walk
-
     defined: set[Value] = set()
     used: list[Value] = []
     for region in op.regions:
@@ -296,6 +349,26 @@ def _manual(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
             return tuple(d.ctx.unsupported(op, "a shard_map operand that is not a global value")
                          for _ in op.results)
         args.append(Holds(g.term, layout))
+    # A loop that matches no reference loop fails for now: the case splits below may still follow it.
+    loop_terms, d.loop_terms = d.loop_terms, False
+    try:
+        results = _manual_body(d, op, args, outs)
+    finally:
+        d.loop_terms = loop_terms
+    if _open(results) and loop_terms and any(inner.opcode == "while" for inner in walk(op.regions[0].ops)):
+        # Nothing followed it: such loops get their own terms, so that the outputs can be compared (and
+        # evaluated for a counterexample) rather than left unknown.
+        trial = d.region(op.regions[0], args)
+        if not _open(trial):
+            results = trial
+    out: list[Fact] = []
+    for f, layout, res in zip(results, outs, op.results, strict=True):
+        out.append(_leave_manual(d, op, d.lift(f), layout, res))
+    return tuple(out)
+
+
+def _manual_body(d: Deriver, op: Op, args: list[Fact], outs: Sequence[Layout]) -> tuple[Fact, ...]:
+    """The shard_map body's results: one pass, then case splits (along an axis, per device) while open."""
     results = d.region(op.regions[0], args)
     if _open(results) and cases.worth_trying(op.regions[0]):
         for axis, size in d.mesh.axes:
@@ -310,10 +383,7 @@ def _manual(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         if not _open(trial):
             results = trial
             d.facts.update(merged)
-    out: list[Fact] = []
-    for f, layout, res in zip(results, outs, op.results, strict=True):
-        out.append(_leave_manual(d, op, d.lift(f), layout, res))
-    return tuple(out)
+    return results
 
 
 def _open(results: Sequence[Fact]) -> bool:
@@ -329,7 +399,7 @@ def _leave_manual(d: Deriver, op: Op, f: Fact, declared: Layout, res: Value) -> 
         axes = ", ".join(f'"{a}"' for a, _ in f.layout.partial)
         return ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "
                         f"{{{axes}}} is missing", evidence=True, origin=f.origin,
-                        expected=ctx.describe(declared), found=ctx.describe(f.layout))
+                        expected=ctx.describe(declared), found=ctx.describe(f.layout), partial=True)
     term = view(f.term, f.layout, declared.dims, d.mesh, d.terms)
     if term is None:
         return ctx.fail(op, f"shard_map declares its output as {ctx.describe(declared)} but the value is laid out "

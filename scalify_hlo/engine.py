@@ -19,7 +19,7 @@ import numpy as np
 import scalify_hlo.parsers as parsers  # (installed from ./parsers: mypy cannot follow the mapping)
 
 from . import _jaxlib, blockwise
-from .derive import Deriver
+from .derive import Deriver, loop_term, while_terms
 from .egraph import Budget, EGraph
 from .errors import MismatchError, Span, UnsupportedError, UsageError
 from .facts import Fact, Failed, Holds, Varying, view
@@ -30,6 +30,15 @@ from .program import Program, prepare
 from .report import Counterexample, Discrepancy, Equivalent, Finding, OutputProof, Report, Unknown
 from .sync import Sync
 from .terms import Term, Terms
+
+
+@dataclass(frozen=True, slots=True)
+class _RefLoop:
+    """A loop of the reference program as it was read: its op, its initial facts and its result facts."""
+
+    op: Op
+    inits: tuple[Holds, ...]
+    results: tuple[Fact, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +158,10 @@ class _Prover:
                                         "expected SPMD partitions of one replica"))
         t0 = time.perf_counter()
         plain = self.opts.plain
-        bd = Deriver(self.terms, Mesh(()), plain=plain)
+        # Every reference loop, as the before program reads it (loop bodies too, each time an induction
+        # re-reads the body around them): the loops an after loop may be proven against.
+        self.loops: dict[tuple[int, ...], list[_RefLoop]] = {}
+        bd = Deriver(self.terms, Mesh(()), plain=plain, loops=self._reference_loop)
         params = [self.terms.param(i, p.tensor, _param_name(bp, i)) for i, p in enumerate(bp.func.params)]
         if self.opts.progress is not None:
             report = self.opts.progress
@@ -168,12 +180,10 @@ class _Prover:
         before_values = [f.term for f in bd.facts.values() if isinstance(f, Holds)]
         self.sync = Sync(self.egraph, before_values)
         self.bd = bd
-        self.loops = {
-            tuple(sorted(init.term.id for v in op.operands if isinstance(init := bd.facts.get(v), Holds))): op
-            for op in walk(bp.func.body.ops) if op.opcode == "while"}
         t0 = time.perf_counter()
         ad = Deriver(self.terms, Mesh(()) if plain else ap.mesh, resync=self.sync.resync, known=self.sync.known,
                      loops=self._induction, plain=plain)
+        ad.loop_terms = True
         seeds = self._seeds(params)
         if self.opts.progress is not None:
             report = self.opts.progress
@@ -188,13 +198,32 @@ class _Prover:
                               "over the reals); floating-point results may differ by rounding")
         return self._report(verdict)
 
+    def _reference_loop(self, bd: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+        """A loop of the reference program: its terms (`derive.while_terms`), and a note of it under its
+        initial values, for the after program's loops that start like it."""
+        out = while_terms(bd, op, facts)
+        inits = tuple(h for f in facts if isinstance(h := bd.lift(f), Holds))
+        if len(inits) == len(facts):
+            known = self.loops.setdefault(tuple(sorted(h.term.id for h in inits)), [])
+            if not any(r.op is op and all(a.term is b.term for a, b in zip(r.inits, inits, strict=True))
+                       for r in known):
+                known.append(_RefLoop(op, inits, out))
+        return out
+
     def _induction(self, ad: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-        """A loop of the after program, proven by induction against the reference loop it starts like.
+        """A loop of the after program, proven by induction against a reference loop it starts like.
 
         Hypothesis: on entering an iteration every carried value holds the loop variable `v_i` under the
         layout it entered the loop with. Step: the after body maps these facts to facts holding exactly
         what the reference body computes from the `v_i`, under the same layouts; and the conditions agree.
-        Then each result holds the reference loop's result."""
+        Then each result holds the reference loop's result.
+
+        The reference loops' bodies are read over the loop variables first (the loops inside them are then
+        known), the after body once, whichever reference loop is tried; loops inside it are proven by this
+        same rule as they come: a nest costs one reading of each body, linear in its depth. Where no step
+        is proven but the layouts carry over, the after loop is still exactly the `loop` term of its own
+        body (same induction): the outputs are then compared, and evaluated for a counterexample, like any
+        others. A loop that matches no reference loop gets that term only when `ad.loop_terms` asks."""
         assert self.sync is not None
         holds = [ad.lift(f) for f in facts]
         if not all(isinstance(h, Holds) for h in holds):
@@ -202,55 +231,70 @@ class _Prover:
             return tuple(bad if isinstance(bad, Failed) else ad.ctx.unsupported(op, "a loop over non-tensors")
                          for _ in op.results)
         hs = [h for h in holds if isinstance(h, Holds)]
-        partner = self.loops.get(tuple(sorted(h.term.id for h in hs)))
-        if partner is None:
+        partners = self.loops.get(tuple(sorted(h.term.id for h in hs)), [])
+        if not partners and not ad.loop_terms:
             return tuple(ad.ctx.unsupported(op, "a loop whose initial values match no loop of the reference")
                          for _ in op.results)
-        bd = self.bd
-        # The partitioner may carry the values in another order: match them by their initial terms.
-        b_inits = [bd.facts[v] for v in partner.operands]
-        if len(b_inits) != len(hs) or len(partner.results) != len(op.results):
-            return tuple(ad.ctx.unsupported(op, "a loop carrying a different number of values than the reference's")
-                         for _ in op.results)
-        sigma: list[int] = []
-        for h in hs:
-            k = next((k for k, g in enumerate(b_inits) if isinstance(g, Holds) and g.term is h.term
-                      and k not in sigma), None)
-            if k is None:
-                return tuple(ad.ctx.unsupported(op, "a loop whose carried values match no loop of the reference")
-                             for _ in op.results)
-            sigma.append(k)
         n = len(self.terms)
-        loop_vars = [self.terms.fresh(f"loop{n}.{k}", b_inits[k].term.type)  # type: ignore[union-attr]
-                     for k in range(len(b_inits))]
-        b_cond = bd.region(partner.regions[0], [Holds(v, Layout.replicated(v.type.rank)) for v in loop_vars])
-        b_body = bd.region(partner.regions[1], [Holds(v, Layout.replicated(v.type.rank)) for v in loop_vars])
-        self.sync.add_before([g.term for g in (*b_cond, *b_body) if isinstance(g, Holds)])
-        a_args = [Holds(loop_vars[k], h.layout) for k, h in zip(sigma, hs, strict=True)]
-        a_cond = ad.region(op.regions[0], a_args)
-        a_body = ad.region(op.regions[1], a_args)
-        b_body_sigma = tuple(b_body[k] for k in sigma)
-        for i, (a, b, h) in enumerate(zip((*a_cond, *a_body), (*b_cond, *b_body_sigma),
-                                          (Holds(loop_vars[0], Layout(())), *hs), strict=True)):
+        loop_vars = [self.terms.fresh(f"loop{n}.{i}", h.term.type) for i, h in enumerate(hs)]
+        # The reference bodies first: the loops inside them are then known when the after body meets its own.
+        steps = [step for partner in partners if (step := self._reference_step(partner, hs, loop_vars)) is not None]
+        a_args = [Holds(v, h.layout) for v, h in zip(loop_vars, hs, strict=True)]
+        a_step: list[Holds] = []
+        for i, a in enumerate((*ad.region(op.regions[0], a_args), *ad.region(op.regions[1], a_args))):
             a = ad.lift(a)
             if isinstance(a, Failed):
                 return tuple(a for _ in op.results)
             what = "condition" if i == 0 else f"carried value {i - 1}"
-            if not isinstance(a, Holds) or not isinstance(b, Holds):
+            if not isinstance(a, Holds):
                 return tuple(ad.ctx.unsupported(op, f"the loop's {what} is not a tensor fact") for _ in op.results)
-            want = Layout.replicated(0) if i == 0 else h.layout
+            want = Layout.replicated(0) if i == 0 else hs[i - 1].layout
             if a.layout != want:
                 return tuple(ad.ctx.fail(op, f"the loop's {what} leaves an iteration as {a.layout.describe(ad.mesh)} "
                                          f"but entered it as {want.describe(ad.mesh)}", evidence=False)
                              for _ in op.results)
-            if not (a.term is b.term or self.sync.prove(a.term, b.term)):
-                return tuple(ad.ctx.fail(op, f"the loop body's {what} differs from the reference loop's "
-                                         "(induction step not proven)", evidence=False) for _ in op.results)
-        out: list[Fact] = []
-        for k, h in zip(sigma, hs, strict=True):
-            g = bd.facts[partner.results[k]]
-            out.append(Holds(g.term, h.layout) if isinstance(g, Holds) else g)
-        return tuple(out)
+            a_step.append(a)
+        for b_step, results in steps:
+            if all(a.term is b or self.sync.prove(a.term, b) for a, b in zip(a_step, b_step, strict=True)):
+                return tuple(Holds(g.term, h.layout) if isinstance(g, Holds) else g
+                             for g, h in zip(results, hs, strict=True))
+        if not steps and not ad.loop_terms:
+            # A case split may still follow it iteration by iteration (a ring of collectives against a
+            # reference without that loop). Against a reference loop it could not: the reference's loop
+            # term is never unrolled.
+            return tuple(ad.ctx.unsupported(op, "a loop whose initial values match no loop of the reference")
+                         for _ in op.results)
+        terms = loop_term(ad, [h.term for h in hs], loop_vars, a_step[0].term, [a.term for a in a_step[1:]])
+        return tuple(Holds(t, h.layout) for t, h in zip(terms, hs, strict=True))
+
+    def _reference_step(self, partner: _RefLoop, hs: list[Holds], loop_vars: list[Term]
+                        ) -> tuple[list[Term], list[Fact]] | None:
+        """One iteration of a reference loop over the after loop's variables, in the after loop's order of
+        the carried values: the condition's and the bodies' terms, and the loop's results. None when the
+        loops carry other values."""
+        assert self.sync is not None
+        b_inits = partner.inits
+        if len(b_inits) != len(hs) or len(partner.results) != len(hs):
+            return None
+        # The partitioner may carry the values in another order: match them by their initial terms.
+        sigma: list[int] = []
+        for h in hs:
+            k = next((k for k, g in enumerate(b_inits) if g.term is h.term and k not in sigma), None)
+            if k is None:
+                return None
+            sigma.append(k)
+        b_vars = [loop_vars[0]] * len(hs)
+        for i, k in enumerate(sigma):
+            b_vars[k] = loop_vars[i]
+        b_args = [Holds(v, Layout.replicated(v.type.rank)) for v in b_vars]
+        bd = self.bd
+        b_cond = [bd.lift(f) for f in bd.region(partner.op.regions[0], b_args)]
+        b_body = [bd.lift(f) for f in bd.region(partner.op.regions[1], b_args)]
+        held = [f.term for f in (*b_cond, *(b_body[k] for k in sigma)) if isinstance(f, Holds)]
+        self.sync.add_before(held)
+        if len(held) != len(hs) + 1:
+            return None
+        return held, [partner.results[k] for k in sigma]
 
     def _report(self, verdict: Equivalent | Discrepancy | Unknown) -> Report:
         return Report(verdict, self.bp.path, self.ap.path, {}, tuple(self.notes))
@@ -280,6 +324,8 @@ class _Prover:
             if isinstance(g, Failed):
                 finding = localize_failure(g, j, self.bp, bd, self.ap, ad)
                 (evidence if g.evidence else doubts).append(finding)
+                if g.evidence and g.partial:
+                    partial[id(finding)] = _partial_counterexample(j, bt.type.rank)
                 continue
             if not isinstance(g, Holds):
                 doubts.append(Finding(f"output {j} is not a tensor fact"))
@@ -315,8 +361,9 @@ class _Prover:
             if cex is not None:
                 evidence.append(Finding(finding.reason, finding.before, finding.after, finding.also,
                                         finding.expected, finding.found, cex))
-            else:
-                doubts.append(finding)
+            else:  # no counterexample: the values are not known to differ, only not proven equal
+                doubts.append(dataclasses.replace(finding, reason=finding.reason.replace(
+                    f"output {j} differs from the reference", f"output {j} is not proven equal to the reference")))
         if evidence:
             return self._backed(evidence, doubts, partial)
         if doubts:
@@ -437,11 +484,13 @@ def _runnable(bp: Program, ap: Program, limit: int) -> bool:
 
 
 def _partial_counterexample(j: int, rank: int) -> Counterexample:
-    """Output `j` left partial over an axis (a reduction missing, over the wrong axes or with the wrong
-    reducer) is wrong for the inputs where one device of the axis holds the whole value and the others
-    zero: there a device holds 0 where the reference has 1. Built at the op alone, for programs too big
-    to run whole."""
-    return Counterexample(j, (0,) * rank, 1.0, 0.0, 1.0)
+    """A value left partial over an axis (a reduction missing, over the wrong axes or with the wrong
+    reducer) where a whole one is needed is wrong for the local values where one device of the axis holds
+    the whole value and the others zero: there a device holds 0 where the reference has 1. Built at the
+    op alone, for programs too big to run whole."""
+    return Counterexample(j, (0,) * rank, 1.0, 0.0, 1.0,
+                          "built at the op (the program is too big to run): local values where one device of the "
+                          "partial axes holds the whole value and the others 0")
 
 
 def _stacked_random(p: Program, devices: int, rng: np.random.Generator) -> list[np.ndarray]:

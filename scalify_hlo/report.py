@@ -52,13 +52,14 @@ class Counterexample:
     before: float | int  # integers exactly: 2**53 + 1 is not a float
     after: float | int
     max_abs_error: float
+    how: str | None = None  # how the inputs were made when not drawn at random for a whole run
 
     def describe(self) -> str:
         def show(v: float | int) -> str:
             return str(v) if isinstance(v, int) else f"{v:.6g}"
 
         return (f"output {self.output}{list(self.index)}: before {show(self.before)}, after {show(self.after)} "
-                f"(max |difference| {self.max_abs_error:.3g})")
+                f"(max |difference| {self.max_abs_error:.3g})" + (f"; {self.how}" if self.how else ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,8 @@ class Finding:
             c = self.counterexample
             out["counterexample"] = {"output": c.output, "index": list(c.index), "before": _number(c.before),
                                      "after": _number(c.after), "max_abs_error": _number(c.max_abs_error)}
+            if c.how:
+                out["counterexample"]["how"] = c.how
         return out
 
 
