@@ -86,7 +86,9 @@ def test_expected_json(d: Path) -> None:
     assert all(isinstance(k, str) and isinstance(v, int) and v > 0 for k, v in mesh.items())
     assert int(np.prod(list(mesh.values()))) == 8
     if e["after_kind"] == "mutated_hlo":
-        assert e["verdict"] == "discrepancy"
+        # An edit breaks the program (a bug pair), or keeps its meaning, shown by running it with XLA (a guard
+        # against false alarms, fa_*): then the notes say so.
+        assert e["verdict"] == "discrepancy" or any("meaning-preserving" in n for n in e.get("notes", []))
     if e["verdict"] == "equivalent":
         assert e["bug"] is None
         return
@@ -170,7 +172,7 @@ def test_oracle(d: Path) -> None:
     assert ins and before
     assert len(ins) == len(e["inputs"])
     for x in ins:
-        assert x.dtype in (np.float32, np.int32), x.dtype
+        assert x.dtype in (np.float32, np.int32, np.int64, np.uint64), x.dtype
     if e["after_kind"] != "mutated_hlo":
         assert after, "a runnable after program must come with after_out_*"
     if not after:
@@ -178,7 +180,8 @@ def test_oracle(d: Path) -> None:
     assert len(after) == len(before)
     for a, b in zip(after, before, strict=True):
         assert a.shape == b.shape and a.dtype == b.dtype
-    close = all(np.allclose(a, b, rtol=RTOL, atol=ATOL) for a, b in zip(after, before, strict=True))
+    close = all(np.array_equal(a, b) if a.dtype.kind in "iub" else np.allclose(a, b, rtol=RTOL, atol=ATOL)
+                for a, b in zip(after, before, strict=True))  # integers exactly: 2**53 + 1 is not 2**53
     if e["verdict"] == "equivalent":
         assert close, "equivalent fixture whose XLA outputs differ"
     else:

@@ -55,10 +55,13 @@ if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 
 from programs import (  # noqa: E402
+    false_alarms,
     llama,
+    llama_train,
     loss_dp,
     megatron,
     moe,
+    nested_loops,
     pipeline,
     ring_attention,
     rmsnorm,
@@ -78,6 +81,9 @@ def _exclude_generator_frames() -> None:
 
     for path in {__file__, str(Path(__file__).resolve())}:
         source_info_util.register_exclusion(path)
+    import optax  # a library's frames (like jax's own) name no line of the user's program
+
+    source_info_util.register_exclusion(str(Path(optax.__file__).parent))
 
 
 _exclude_generator_frames()
@@ -890,6 +896,18 @@ def _train_sgd_shardy(name: str) -> Built:
                             in_specs, out_specs)
 
 
+@fixture("llama_train_adamw_fsdp_tp_shardy", "Llama block training step: value_and_grad of a mean-square loss "
+         "through one decoder block, optax AdamW (weight decay) with the moments sharded like the params (FSDP x TP, "
+         "MaxText specs), Shardy, vs the module after SPMD partitioning (weight gradients all-reduced over fsdp, "
+         "then the device's FSDP shard taken by a dynamic-slice with offsets from a table)")
+def _llama_train_adamw(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("fsdp", "tp"))
+    args = llama_train.init(rng_for(name))
+    in_specs, out_specs = llama_train.specs(args)
+    return partitioned_pair(name, llama_train.train_step, mesh, args, ["params", "opt_state", "x"], in_specs,
+                            out_specs)
+
+
 @fixture("train_adam_shardy", "Adam training step (bias-corrected, int32 step count) of a small MLP with "
          "softmax cross-entropy (int32 labels) returning (loss, new params, new m/v/count); FSDPxTP params and "
          "moments, batch over fsdp, Shardy, vs the module after SPMD partitioning")
@@ -1100,6 +1118,33 @@ fixture("pipeline_ppermute_shard_map_wrong_pairs", "2-stage pipeline whose pperm
         "1 -> 0 instead of 0 -> 1")(_pipeline("wrong_pairs"))
 
 
+# ------------------------------------------------------------------------- nested loops: proof by induction
+# A loop nest is proven one level at a time, each body read once (a cost linear in the depth: once it was
+# exponential, and `unknown`); a nest whose innermost body differs is found with a counterexample.
+# Programs: tools/programs/nested_loops.py.
+
+NESTED_DEPTH = 12  # 2 ** 12 innermost steps when run: XLA and the oracle's interpreter still run it quickly
+
+
+def _nested_fori(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "tp"))
+        in_specs, _ = nested_loops.specs()
+        return shard_map_pair(name, functools.partial(nested_loops.reference, depth=NESTED_DEPTH),
+                              nested_loops.shard_map_nest(mesh, NESTED_DEPTH, variant), mesh,
+                              nested_loops.init(8, 16, rng_for("nested_fori")), ["x"], in_specs,
+                              nested_loops.BUG_FUNCTIONS.get(variant))
+
+    return fn
+
+
+fixture("nested_fori_shard_map", f"{NESTED_DEPTH} nested lax.fori_loops (2 trips each) of x*0.5 + 1 + 0.25*i "
+        "(i the innermost counter), the same nest on each (dp, tp) block in shard_map (correct)")(
+    _nested_fori("correct"))
+fixture("nested_fori_shard_map_inner_constant", f"{NESTED_DEPTH} nested lax.fori_loops in shard_map whose "
+        "innermost update adds 2.0 where the reference adds 1.0")(_nested_fori("constant"))
+
+
 # ------------------------------------------------------------------ soundness: once false `equivalent`s
 
 
@@ -1150,6 +1195,156 @@ def _window_lookup(name: str) -> Built:
 fixture("window_lookup_vocab_shard_map", "vocab-parallel lookup of two-row windows (dynamic_slice of size 2) "
         "masked to the shard and psum'd: windows crossing a shard edge are clamped inside the shard "
         "(once a false equivalent under --assume)")(_window_lookup)
+
+
+# ------------------------------------------------ false alarms: correct programs once called `discrepancy`
+# A `discrepancy` needs a counterexample. Each pair below computes the same values as its reference (XLA says
+# so: write_fixture compares the outputs, _fa_mutated reruns an edited module) but has a construct that once
+# made the verifier report a layout contradiction; it must come out `equivalent` or `unknown`.
+# Programs: tools/programs/false_alarms.py.
+
+
+def _fa_normal(name: str, *shapes: tuple[int, ...]) -> list[np.ndarray]:
+    rng = rng_for(name)
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def _fa_pair(ref: Callable[..., Any], body: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
+             argnames: Sequence[str], specs: Sequence[Any], out_spec: Any, *,
+             mesh_shape: tuple[int, ...] = (false_alarms.N,), axes: tuple[str, ...] = ("x",),
+             check_vma: bool = True) -> Callable[[str], Built]:
+    """A correct shard_map pair on float32 normal inputs of `shapes`. ``check_vma=False`` where JAX cannot
+    see that an ``out_specs=P()`` value is the same on every device (an all_gather's result, a ring of
+    ppermutes)."""
+    def fn(name: str) -> Built:
+        mesh = make_mesh(mesh_shape, axes)
+        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_spec,
+                                     check_vma=check_vma))
+        return shard_map_pair(name, ref, impl, mesh, _fa_normal(name, *shapes), argnames, specs, None)
+
+    return fn
+
+
+def _fa_mutated(name: str, base_name: str, new_text: str, what: str) -> Built:
+    """An edit of ``base``'s after.hlo that XLA shows keeps its meaning: the edited module, run on the base's
+    inputs, gives the reference's outputs. Verdict `equivalent` (after kind ``mutated_hlo``)."""
+    base = build(base_name)
+    assert base.after_kind == "spmd_hlo" and base.in_shardings is not None and base.out_shardings is not None
+    assert new_text != base.after_text
+    xla_hlo().hlo_module_from_text(new_text)  # must still parse
+    out = run_partitioned_hlo(new_text, base.inputs, base.in_shardings, base.out_shardings,
+                              [o.shape for o in base.before_out])
+    assert allclose(out, base.before_out), \
+        f"{name}: the edit changes the result (max diff {max_abs_diff(out, base.before_out):.3g})"
+    return Built(
+        name=name, description=description_of(name), verdict="equivalent", after_kind="mutated_hlo",
+        mesh=base.mesh, before_text=base.before_text, after_text=new_text, inputs=base.inputs,
+        input_names=base.input_names, before_out=base.before_out, after_out=out,
+        notes=[f"meaning-preserving edit of {base_name}/after.hlo (unchanged outputs, run by XLA): {what}"],
+    )
+
+
+FA = false_alarms
+fixture("fa_all_gather_untiled_reshape_shard_map", "all_gather(tiled=False) of row blocks ([n, rows/n, d]) "
+        "reshaped to [rows, d], then tanh, out_specs P() (correct)")(
+    _fa_pair(FA.gather_untiled_ref, FA.gather_untiled_body, [(64, 4)], ["x"], [P("x", None)], P(),
+             check_vma=False))
+fixture("fa_psum_scatter_untiled_reshape_shard_map", "matmul with the contracting dim split: psum_scatter("
+        "tiled=False) of the [n, d] partial sums (drops the scattered dim), reshaped to [1, d] (correct)")(
+    _fa_pair(FA.scatter_untiled_ref, FA.scatter_untiled_body, [(8, 64), (64, 4)], ["a", "b"],
+             [P(None, "x"), P("x", None)], P("x", None)))
+fixture("fa_transpose_unit_dims_shard_map", "swapaxes(x, 0, 1) of x [n, 1, d] split on dim 0: the local "
+        "[1, 1, d] transpose swaps two size-1 dims, out_specs P(None, x) (correct)")(
+    _fa_pair(FA.swap_unit_dims_ref, FA.swap_unit_dims_body, [(8, 1, 4)], ["x"], [P("x", None, None)],
+             P(None, "x", None)))
+fixture("fa_ring_allreduce_ppermute_shard_map", "all-reduce by hand: n-1 steps of ppermute i -> i+1 and add, "
+        "out_specs P(), against the sum of the row blocks (correct)")(
+    _fa_pair(FA.block_sum_ref, FA.ring_allreduce_body, [(64, 4)], ["x"], [P("x", None)], P(),
+             check_vma=False))
+fixture("fa_sum_all_gather_shard_map", "sum(all_gather(x), 0) (a psum spelled as gather + reduce), "
+        "out_specs P(), against the sum of the row blocks (correct)")(
+    _fa_pair(FA.block_sum_ref, FA.sum_all_gather_body, [(64, 4)], ["x"], [P("x", None)], P(),
+             check_vma=False))
+fixture("fa_cond_psum_any_shard_map", "lax.cond on psum(any(x > 0) per shard) > 0 against lax.cond on "
+        "any(x > 0) (correct)")(
+    _fa_pair(FA.cond_any_ref, FA.cond_any_body, [(64, 4)], ["x"], [P("x", None)], P("x", None)))
+fixture("fa_collective_matmul_shard_map", "collective matmul from the shard_map tutorial: rhs blocks sent "
+        "i -> i+1 by ppermute, lhs column block (idx - k) mod n at step k (correct)")(
+    _fa_pair(FA.matmul_ref, FA.collective_matmul_body, [(16, 16), (16, 4)], ["lhs", "rhs"],
+             [P("x", None), P("x", None)], P("x", None)))
+fixture("fa_collective_matmul_offset_plus_shard_map", "collective matmul with rhs blocks sent i -> i-1, lhs "
+        "column block (idx + k) mod n at step k (correct)")(
+    _fa_pair(FA.matmul_ref, FA.collective_matmul_plus_body, [(16, 16), (16, 4)], ["lhs", "rhs"],
+             [P("x", None), P("x", None)], P("x", None)))
+fixture("fa_out_specs_yx_in_specs_xy_shard_map", "elementwise body with in_specs P(('x','y')) and out_specs "
+        "P(('y','x')) on a 2x4 mesh, against a reference that transposes the block grid (correct)")(
+    _fa_pair(FA.blocks_transposed_ref, FA.blocks_transposed_body, [(64, 4)], ["x"], [P(("x", "y"), None)],
+             P(("y", "x"), None), mesh_shape=FA.MESH_XY, axes=("x", "y")))
+fixture("fa_logsumexp_min_shift_shard_map", "vocab-parallel logsumexp shifted by pmin of the local minima "
+        "(a valid shift, not the usual max) against jax.nn.logsumexp (correct)")(
+    _fa_pair(FA.logsumexp_ref, FA.logsumexp_min_shift_body, [(8, 64)], ["x"], [P(None, "x")], P()))
+
+
+@fixture("fa_cumsum_sharded_dim_shardy", "jnp.cumsum over the dim sharded over x (8 devices), Shardy, vs "
+         "the module after SPMD partitioning (correct)")
+def _fa_cumsum(name: str) -> Built:
+    mesh = make_mesh((false_alarms.N,), ("x",))
+    return partitioned_pair(name, FA.cumsum_rows, mesh, _fa_normal(name, (32, 4)), ["x"], [P("x", None)],
+                            P("x", None))
+
+
+@fixture("fa_scale_rows_replicated_in_shardy", "x * 2 with x replicated and the output rows split over y "
+         "(2x4 mesh), Shardy: the partitioner slices with a partition-id indexed offset table (correct)")
+def _fa_scale_rows(name: str) -> Built:
+    mesh = make_mesh(FA.MESH_XY, ("x", "y"))
+    return partitioned_pair(name, FA.scale_rows, mesh, _fa_normal(name, (32, 4)), ["x"], [P()], P("y", None))
+
+
+@fixture("fa_allreduce_groups_permuted_mutated", "megatron_mlp_shardy after.hlo with the tp all-reduce's "
+         "groups {{0,1,2,3},{4,5,6,7}} reordered within each group to {{2,0,3,1},{5,7,4,6}}: same sums")
+def _fa_groups_permuted(name: str) -> Built:
+    base = build("megatron_mlp_shardy")
+    text = base.after_text
+    old, new_groups = "{{0,1,2,3},{4,5,6,7}}", "{{2,0,3,1},{5,7,4,6}}"
+    targets = [n for n in hlo_instructions(text, "all-reduce")
+               if f"replica_groups={old}" in hlo_instruction_line(text, n)[1]]
+    assert len(targets) == 1, f"expected one all-reduce over {old}, got {targets}"
+    idx, line = hlo_instruction_line(text, targets[0])
+    new = replace_line(text, idx, line.replace(f"replica_groups={old}", f"replica_groups={new_groups}"))
+    return _fa_mutated(name, "megatron_mlp_shardy", new,
+                       f"all-reduce {targets[0]}: replica_groups {old} -> {new_groups} (same members per group)")
+
+
+@fixture("fa_offset_table_clamped_mutated", "fa_scale_rows_replicated_in_shardy after.hlo with the largest "
+         "entry of the row-offset table raised past rows - rows_local: dynamic-slice clamps it back")
+def _fa_offset_clamped(name: str) -> Built:
+    base_name = "fa_scale_rows_replicated_in_shardy"
+    text = build(base_name).after_text
+    # The table is indexed (dynamic-slice + reshape) to give the row start of the dynamic-slice of the input.
+    slices = [n for n in hlo_instructions(text, "dynamic-slice")
+              if re.search(r"dynamic-slice\(%param, ", hlo_instruction_line(text, n)[1])]
+    assert len(slices) == 1, f"expected one dynamic-slice of the input, got {slices}"
+    line = hlo_instruction_line(text, slices[0])[1]
+    m = re.search(r"dynamic-slice\(%param, (%[\w.\-]+), %[\w.\-]+\), dynamic_slice_sizes=\{(\d+),", line)
+    assert m, line
+    rows_local = int(m.group(2))
+    rows = int(re.search(r"%param = f32\[(\d+),", text).group(1))  # type: ignore[union-attr]
+    start_line = hlo_instruction_line(text, m.group(1))[1]  # reshape(dynamic-slice(table, index))
+    pick = re.search(r"reshape\((%[\w.\-]+)\)", start_line)
+    assert pick, start_line
+    table = re.search(r"dynamic-slice\((%[\w.\-]+), ", hlo_instruction_line(text, pick.group(1))[1])
+    assert table
+    tidx, tline = hlo_instruction_line(text, table.group(1))
+    values_m = re.search(r"constant\(\{([^}]*)\}\)", tline)
+    assert values_m, tline
+    values = [int(v) for v in values_m.group(1).split(",")]
+    limit = rows - rows_local  # dynamic-slice clamps a start into [0, limit]
+    assert max(values) == limit, f"table {values}: the last block does not start at {limit}"
+    changed = [v if v != limit else limit + rows_local // 2 for v in values]
+    new = replace_line(text, tidx, tline.replace(values_m.group(0),
+                                                 "constant({" + ", ".join(map(str, changed)) + "})"))
+    return _fa_mutated(name, base_name, new, f"offset table {table.group(1)} {values} -> {changed}: starts past "
+                       f"{limit} are clamped to {limit} by dynamic-slice")
 
 
 # ============================================================================================ writing
