@@ -60,6 +60,31 @@ class Fixture:
         return f"{bug['file']}:{bug['line']}" if bug else None
 
 
+@dataclass(frozen=True)
+class CliRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str | Path) -> CliRun:
+    """`scalify-hlo ARGS` in this process, from the repository root (typer's CliRunner: the command group
+    gives the exit codes, so this sees what the script returns; seconds instead of a Python start-up)."""
+    from typer.testing import CliRunner
+
+    from scalify_hlo import cli
+
+    here = os.getcwd()
+    os.chdir(REPO)
+    try:
+        result = CliRunner().invoke(cli.app, [str(a) for a in args])
+    finally:
+        os.chdir(here)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return CliRun(result.exit_code, result.stdout, result.stderr)
+
+
 def fixtures() -> list[Fixture]:
     out = []
     for d in sorted(FIXTURES.iterdir()):

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, run_cli
 
 from scalify_hlo import parsers
 from scalify_hlo.audit import audit
@@ -58,8 +56,7 @@ def test_ping_pong_size_one_groups_and_replicated_inputs_are_flagged() -> None:
 
 def test_cli_audit_json(tmp_path: Path) -> None:
     out = tmp_path / "audit.json"
-    proc = subprocess.run([sys.executable, "-m", "scalify_hlo", "audit", FIXTURES / "llama_block_shardy" / "after.hlo",
-                           "--json", out], capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = run_cli("audit", FIXTURES / "llama_block_shardy" / "after.hlo", "--json", out)
     assert proc.returncode == 0, proc.stderr
     assert "10,752 bytes" in proc.stdout
     assert json.loads(out.read_text())["total_bytes_per_device"] == 10_752

@@ -3,17 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from conftest import FIXTURES, REPO
-
-
-def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "scalify_hlo", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, cwd=REPO, env=dict(os.environ))
+from conftest import FIXTURES, run_cli
 
 
 def test_diff_equivalent_exit_0_and_json(tmp_path: Path) -> None:

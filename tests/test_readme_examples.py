@@ -3,13 +3,10 @@ the ```console lines are run and must exit as their `# exit N` line says."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_cli
 
 README = (REPO / "README.md").read_text()
 PYTHON = re.findall(r"```python\n(.*?)```", README, re.S)
@@ -31,8 +28,7 @@ def test_console_example(command: str, exit_code: int) -> None:
     (REPO / "out").mkdir(exist_ok=True)
     args = command.split()
     assert args[0] == "scalify-hlo"
-    proc = subprocess.run([sys.executable, "-m", "scalify_hlo", *args[1:]], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ))
+    proc = run_cli(*args[1:])
     assert proc.returncode == exit_code, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -33,7 +33,8 @@ def test_llama_stacks_are_equivalent(pairs: dict[str, tuple[Path, Path]], name: 
     before, after = pairs[name]
     report = verify(before, after)
     assert report.name == "equivalent", report.render()
-    assert report.stats["egraph_memo_hits"] >= 0
+    if name == "8b":  # 32 identical layers: their questions are asked of the e-graph once, then remembered
+        assert report.stats["segments_unique"] <= 4 and report.stats["egraph_memo_hits"] >= 28, report.stats
 
 
 def test_bug_in_one_layer_is_found_in_that_layer(pairs: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
@@ -45,5 +46,6 @@ def test_bug_in_one_layer_is_found_in_that_layer(pairs: dict[str, tuple[Path, Pa
     broken.write_text(text)
     report = verify(before, broken)
     assert report.name == "discrepancy", report.render()
+    assert report.findings[0].counterexample is not None  # too big to run: built at the all-reduce
     assert report.findings[0].after is not None
     assert report.findings[0].after.instruction == instruction.lstrip("%")
