@@ -254,7 +254,8 @@ def while_terms(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
             return tuple(d.ctx.unsupported(op, "a loop over values that are not global") for _ in op.results)
         inits.append(g.term)
     captured: list[Term] = []
-    for v in _captured(op):
+    free = _captured(op)
+    for v in free:
         g = d.lift(d.facts[v])
         if not isinstance(g, Holds):
             return tuple(d.ctx.unsupported(op, "a loop that captures a non-tensor") for _ in op.results)
@@ -263,7 +264,7 @@ def while_terms(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
     if body is not None:
         _, loop_vars, cond, bodies = body
         return tuple(Holds(t, Layout.replicated(t.type.rank)) for t in loop_term(d, inits, loop_vars, cond, bodies))
-    keys = (("cond", region_key(op.regions[0])), ("body", region_key(op.regions[1])))
+    keys = (("cond", region_key(op.regions[0], free)), ("body", region_key(op.regions[1], free)))
     out: list[Fact] = []
     for k, r in enumerate(op.results):
         t = r.tensor
@@ -321,6 +322,8 @@ def _captured(op: Op) -> list[Value]:
     for region in op.regions:
         for inner in walk(region.ops):
             used.extend(v for v in inner.operands if v not in defined and v not in used)
+            for r in inner.regions:  # a nested body may yield a captured value as it is
+                used.extend(v for v in r.results if v not in defined and v not in used)
         used.extend(v for v in region.results if v not in defined and v not in used)
     return used
 

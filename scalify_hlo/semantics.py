@@ -13,7 +13,7 @@ precision configs, shardings and channel ids); ops with a body (reduce, sort, sc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
 
 from .facts import Ctx, Fact
-from .ir import Literal, Op, Opaque, Region
+from .ir import Literal, Op, Opaque, Region, Value
 
 Transfer = Callable[[Ctx, Op, tuple[Fact, ...]], tuple[Fact, ...]]
 
@@ -130,23 +130,42 @@ _HINTS = frozenset({
 })
 
 
-def region_key(region: Region) -> tuple[Any, ...]:
-    """A structural key of a body: same key, same computation (values numbered by position)."""
-    index = {v: i for i, v in enumerate(region.args)}
+def region_key(region: Region, captured: Sequence[Value] = ()) -> tuple[Any, ...]:
+    """A structural key of a body: same key, same computation. Values are numbered by position, nested
+    bodies included; a value captured from outside is ("captured", its position in `captured`), so bodies
+    that use captured values in other roles get other keys (-1: captured and not listed)."""
+    free = {v: i for i, v in enumerate(captured)}
+    return _region_key(region, {}, free)
+
+
+def _region_key(region: Region, index: dict[Value, int], free: dict[Value, int]) -> tuple[Any, ...]:
+    def token(v: Value) -> Any:
+        if v in index:
+            return index[v]
+        return ("captured", free[v]) if v in free else -1
+
+    n_args = len(region.args)
+    for v in region.args:
+        index[v] = len(index)
     items = []
     for op in region.ops:
-        operands = tuple(index.get(v, -1) for v in op.operands)
-        items.append((op.opcode, operands, term_attrs(op)))
+        operands = tuple(token(v) for v in op.operands)
+        items.append((op.opcode, operands, _attrs(op, index, free)))
         for r in op.results:
             index[r] = len(index)
-    return (len(region.args), tuple(items), tuple(index.get(v, -1) for v in region.results))
+    return (n_args, tuple(items), tuple(token(v) for v in region.results))
 
 
 def term_attrs(op: Op) -> tuple[tuple[str, Any], ...]:
+    return _attrs(op, {}, {})
+
+
+def _attrs(op: Op, index: dict[Value, int], free: dict[Value, int]) -> tuple[tuple[str, Any], ...]:
     attrs = tuple((k, v) for k, v in op.attrs.items() if k not in _HINTS and not isinstance(v, Opaque))
     if op.regions:
         reducer = S.reducer_of(op.regions[0]) if len(op.regions) == 1 else None
-        key: Any = reducer.value if reducer is not None else tuple(region_key(r) for r in op.regions)
+        # Nested bodies share the numbering: a use of an enclosing body's value names that value.
+        key: Any = reducer.value if reducer is not None else tuple(_region_key(r, index, free) for r in op.regions)
         attrs = (*attrs, ("computation", key))
     return attrs
 
