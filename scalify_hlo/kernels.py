@@ -163,7 +163,7 @@ _UNARY: dict[str, Callable[..., Any]] = {
     "logistic": lambda x: 1 / (1 + np.exp(-x)), "negate": np.negative, "not": np.invert,
     "popcnt": _popcnt, "real": np.real, "round_nearest_afz": _round_afz, "round_nearest_even": np.rint,
     "rsqrt": lambda x: 1 / np.sqrt(x), "sign": _sign, "sine": np.sin, "sinh": np.sinh, "sqrt": np.sqrt,
-    "tan": np.tan, "tanh": np.tanh,
+    "square": np.square, "tan": np.tan, "tanh": np.tanh,
 }
 
 _BINARY: dict[str, Callable[..., Any]] = {
@@ -393,6 +393,7 @@ KERNELS: dict[str, Kernel] = {
     "slice": S.slice_,
     "sort": X.sort,
     "sqrt": _ew("sqrt"),
+    "square": _ew("square"),
     "subtract": _ew("subtract"),
     "tan": _ew("tan"),
     "tanh": _ew("tanh"),

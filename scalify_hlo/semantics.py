@@ -111,6 +111,7 @@ OPS: dict[str, OpSem] = {
     "slice": OpSem(L.slice_),
     "sort": OpSem(X.replicated_only),
     "sqrt": _EW,
+    "square": _EW,  # chlo.square (jnp.square); read as x * x (terms.py)
     "subtract": _EW,
     "tan": _EW,
     "tanh": _EW,

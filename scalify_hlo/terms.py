@@ -30,7 +30,7 @@ ELEMENTWISE = frozenset({
     "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "convert", "cosine", "divide", "erf",
     "exponential", "exponential_minus_one", "floor", "is_finite", "log", "log_plus_one", "logistic", "maximum",
     "minimum", "multiply", "negate", "not", "or", "power", "remainder", "round_nearest_afz", "round_nearest_even",
-    "rsqrt", "select", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor",
+    "rsqrt", "select", "sign", "sine", "sqrt", "square", "subtract", "tan", "tanh", "xor",
 })
 
 
@@ -465,6 +465,11 @@ def _multiply(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Ten
     return _fold_scale(terms, "multiply", args, type)
 
 
+def _square(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    return terms.apply("multiply", (x, x), (), type)  # chlo.square is x * x, exactly (one rounding either way)
+
+
 def _and(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     return ranges.fold_logic(terms, "and", args, type)
 
@@ -498,5 +503,6 @@ _CANON = {
     "reshape": _reshape,
     "select": _select,
     "slice": _slice,
+    "square": _square,
     "transpose": _transpose,
 }

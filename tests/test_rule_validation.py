@@ -155,7 +155,7 @@ def _const(terms: Terms, dtype: str, value: int | float, shape: tuple[int, ...])
 @st.composite
 def _expressions(draw: Any) -> tuple[str, list[tuple[Any, ...]]]:
     dtype = draw(st.sampled_from(_DTYPES))
-    steps = draw(st.lists(st.tuples(st.sampled_from([*_BINARY, "negate", "const"]),
+    steps = draw(st.lists(st.tuples(st.sampled_from([*_BINARY, "negate", "square", "const"]),
                                     st.integers(0, 6), st.integers(0, 6),
                                     st.sampled_from([0, 1, -1, 2, 3, 2**31 - 1, 2**53 + 1, 2**63, 0.5, -0.0]),
                                     st.booleans()),
@@ -176,8 +176,8 @@ def _build(terms: Terms, raw: bool, dtype: str, steps: list[tuple[Any, ...]]) ->
                 nodes.append(make("broadcast_in_dim", (s,), (("broadcast_dimensions", ()),), ty))
             else:
                 nodes.append(_const(terms, dtype, value, shape))
-        elif op == "negate":
-            nodes.append(make("negate", (a,), (), ty))
+        elif op in ("negate", "square"):
+            nodes.append(make(op, (a,), (), ty))
         else:
             nodes.append(make(op, (a, b), (), ty))
     return nodes[-1]
@@ -220,7 +220,8 @@ _SHAPES = [
     # two scalings in a row: what `_fold_scale` folds into one constant when it is exact
     [("const", 0, 0, a, True), (op1, 0, 2, 0, False), ("const", 0, 0, b, True), (op2, 3, 4, 0, False)]
     for op1 in ("multiply", "divide") for op2 in ("multiply", "divide") for a in (2, 3, 0.5) for b in (2, 3, 0.5)
-] + [[("negate", 0, 0, 0, False)], [("negate", 0, 0, 0, False), ("negate", 2, 0, 0, False)]]
+] + [[("negate", 0, 0, 0, False)], [("negate", 0, 0, 0, False), ("negate", 2, 0, 0, False)],
+      [("square", 0, 0, 0, False)], [("square", 0, 0, 0, False), ("multiply", 2, 0, 0, False)]]
 
 
 @pytest.mark.parametrize("dtype", _DTYPES)

@@ -62,6 +62,7 @@ from programs import (  # noqa: E402
     megatron,
     moe,
     nested_loops,
+    norms,
     pipeline,
     ring_attention,
     rmsnorm,
@@ -894,6 +895,16 @@ def _train_sgd_shardy(name: str) -> Built:
     in_specs, out_specs = train.sgd_specs()
     return partitioned_pair(name, train.sgd_step, mesh, train_regression_args(name), ["params", "x", "y"],
                             in_specs, out_specs)
+
+
+@fixture("rmsnorm_square_shardy", "RMSNorm written with jnp.square (chlo.square) over a hidden dim split on "
+         "tp, batch on dp, Shardy, vs the module after SPMD partitioning (square expanded to a multiply)")
+def _rmsnorm_square(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    rng = rng_for(name)
+    args = [rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal((16,)).astype(np.float32)]
+    in_specs, out_spec = norms.specs()
+    return partitioned_pair(name, norms.rms_norm_square, mesh, args, ["x", "scale"], in_specs, out_spec)
 
 
 @fixture("llama_train_adamw_fsdp_tp_shardy", "Llama block training step: value_and_grad of a mean-square loss "
