@@ -104,7 +104,7 @@ def _fold_shards(ctx: Ctx, term: Term, layout: Layout, a: str, reducer: Reducer)
     split = (*shape[:d], major, n, rest, *shape[d + 1:])
     dtype = term.type.dtype
     t = ctx.terms.apply("reshape", (term,), (), TensorType(split, dtype))
-    init = ctx.terms.scalar({Reducer.SUM: 0.0, Reducer.MAX: float("-inf"), Reducer.MIN: float("inf")}[reducer], dtype)
+    init = ctx.terms.scalar(_identity_of(reducer, dtype), dtype)
     red = (d + 1,)
     reduced = TensorType((*shape[:d], major, rest, *shape[d + 1:]), dtype)
     t = ctx.terms.apply("reduce", (t, init), (("dimensions", red), ("reducer", reducer.value)), reduced)
@@ -112,6 +112,20 @@ def _fold_shards(ctx: Ctx, term: Term, layout: Layout, a: str, reducer: Reducer)
     dims = list(layout.dims)
     dims[d] = axes[:k]
     return t, Layout(tuple(dims), layout.partial)
+
+
+def _identity_of(reducer: Reducer, dtype: str) -> float | int:
+    """The reducer's identity in `dtype`: an integer max starts at the type's least value, not -inf."""
+    if reducer is Reducer.SUM:
+        return 0
+    from scalify_hlo.parsers.stablehlo import numpy_dtype
+
+    nd = numpy_dtype(dtype)
+    if nd.kind in "iub":
+        info = np.iinfo(nd) if nd.kind != "b" else None
+        low, high = (int(info.min), int(info.max)) if info is not None else (0, 1)
+        return low if reducer is Reducer.MAX else high
+    return float("-inf") if reducer is Reducer.MAX else float("inf")
 
 
 def all_gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

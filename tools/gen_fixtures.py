@@ -1195,6 +1195,12 @@ fixture("uint64_constant_shard_map", "uint64 x*2 + (2**64-1) against (2**64-2) +
                 [_ints("uint64_x", (64,), 0, 100, np.uint64)], ["x"], [P("x")], P("x"), x64=True))
 
 
+fixture("int_pmax_of_shards_shard_map", "int32 pmax of a value split over the axis: the shards are folded "
+        "by a max whose identity is the type's least value (once a crash: -inf as an int32)")(
+    _sound_pair(soundness.int_pmax_ref, soundness.int_pmax_body, [_ints("int_pmax_x", (32,), -100, 100)], ["x"],
+                [P("x")], P()))
+
+
 def _window_lookup(name: str) -> Built:
     table = rng_for(name).standard_normal((soundness.VOCAB, soundness.DIM)).astype(np.float32)
     ids = _ints(name, (64,), 0, soundness.VOCAB - 1)
