@@ -341,8 +341,9 @@ def _manual(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         ins, outs, axes = manual_layouts(op, d.mesh)
     except ShardingError as err:
         return tuple(d.ctx.unsupported(op, err.message) for _ in op.results)
-    if set(axes) != set(d.mesh.names) - {a for a, s in d.mesh.axes if s == 1}:
-        missing = sorted(set(d.mesh.names) - set(axes))
+    trivial = {a for a, s in d.mesh.axes if s == 1}  # a size-1 axis is manual and auto alike
+    if set(axes) - trivial != set(d.mesh.names) - trivial:
+        missing = sorted(set(d.mesh.names) - set(axes) - trivial)
         return tuple(d.ctx.unsupported(op, f"a shard_map manual over only some axes (auto: {missing})")
                      for _ in op.results)
     args: list[Fact] = []

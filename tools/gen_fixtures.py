@@ -1161,10 +1161,11 @@ fixture("nested_fori_shard_map_inner_constant", f"{NESTED_DEPTH} nested lax.fori
 
 def _sound_pair(ref: Callable[..., Any], body: Callable[..., Any], args: Sequence[np.ndarray],
                 argnames: Sequence[str], specs: Sequence[Any], out_spec: Any,
-                x64: bool = False) -> Callable[[str], Built]:
-    """A shard_map pair over one 8-device axis "x" whose body carries a `# BUG:` line (or none)."""
+                x64: bool = False, unit_axis: bool = False) -> Callable[[str], Built]:
+    """A shard_map pair over one 8-device axis "x" (and a size-1 axis "y" with `unit_axis`) whose body
+    carries a `# BUG:` line (or none)."""
     def fn(name: str) -> Built:
-        mesh = make_mesh((8,), ("x",))
+        mesh = make_mesh((8, 1), ("x", "y")) if unit_axis else make_mesh((8,), ("x",))
         impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_spec))
         with jax.enable_x64(x64):
             return shard_map_pair(name, ref, impl, mesh, args, argnames, specs,
@@ -1199,6 +1200,13 @@ fixture("int_pmax_of_shards_shard_map", "int32 pmax of a value split over the ax
         "by a max whose identity is the type's least value (once a crash: -inf as an int32)")(
     _sound_pair(soundness.int_pmax_ref, soundness.int_pmax_body, [_ints("int_pmax_x", (32,), -100, 100)], ["x"],
                 [P("x")], P()))
+
+
+fixture("int_pmax_of_shards_unit_axis_shard_map", "the int32 pmax of shards on a mesh with a size-1 axis: "
+        "the shard_map is manual over every axis, the size-1 one included (was unknown: 'manual over only "
+        "some axes')")(
+    _sound_pair(soundness.int_pmax_ref, soundness.int_pmax_body, [_ints("int_pmax_x", (32,), -100, 100)], ["x"],
+                [P("x")], P(), unit_axis=True))
 
 
 def _window_lookup(name: str) -> Built:
