@@ -3,14 +3,29 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The default environment holds the oldest jax/jaxlib/egglog pyproject.toml allows; `test-newest` the newest.
+OLDEST := constraints/oldest.txt
+# The newest jax needs Python >= 3.12. Through pyenv the `python3.12` shim needs PYENV_VERSION; elsewhere
+# the variable is ignored. Override with e.g. `make test-newest PYTHON_NEWEST=/usr/bin/python3.12`.
+PYTHON_NEWEST ?= env PYENV_VERSION=3.12.1 python3.12
+VENV_NEWEST ?= .venv-newest
+PY_NEWEST := $(VENV_NEWEST)/bin/python
+STAMP_NEWEST := $(VENV_NEWEST)/.installed
 
-.PHONY: demo test test-slow lint fixtures bench clean
+.PHONY: demo test test-slow test-newest lint fixtures bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(OLDEST)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c $(OLDEST) -e '.[test]'
 	touch $(STAMP)
+
+# Eager upgrade: whatever is newest today within pyproject.toml's ranges, even in an existing venv.
+$(STAMP_NEWEST): pyproject.toml
+	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
+	$(PY_NEWEST) -m pip install --quiet --upgrade pip
+	$(PY_NEWEST) -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[test]'
+	touch $(STAMP_NEWEST)
 
 demo: $(STAMP)
 	@echo "== a correct Megatron MLP (GSPMD/Shardy partitioned HLO) =="
@@ -27,6 +42,16 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
+# The suite on the newest jax/jaxlib/egglog (Python 3.12). A machine without Python 3.12 skips it (exit 0).
+test-newest:
+	@if ! $(PYTHON_NEWEST) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; then \
+	  echo "test-newest skipped: no Python 3.12 ('$(PYTHON_NEWEST)' does not run Python 3.12; set PYTHON_NEWEST)"; \
+	  exit 0; \
+	fi; \
+	$(MAKE) --no-print-directory $(STAMP_NEWEST) && \
+	$(PY_NEWEST) -c 'import importlib.metadata as m; print("newest:", *(f"{p}=={m.version(p)}" for p in ("jax", "jaxlib", "egglog")))' && \
+	$(PY_NEWEST) -m pytest -q
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check scalify_hlo parsers rules tools tests
 	$(VENV)/bin/mypy scalify_hlo parsers rules
@@ -38,4 +63,4 @@ bench: $(STAMP)
 	$(PY) tools/bench.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VENV_NEWEST) build *.egg-info

@@ -3,12 +3,20 @@
 Reads XLA dumps (`*.before_optimizations.txt`, `*.after_spmd-partitioning.*.txt`, any pass dump) and
 `compiled.as_text()`. Instruction names survive the conversion (see `_hloproto`), and each op knows its
 line in the dump so a report can point into it.
+
+Text from a newer XLA than the installed one is read where the difference is only spelling: XLA of jax
+0.11+ prints a `get-tuple-element` without metadata as tuple access in its user's operand list
+(`add(%param#0, %c)`, nested `%p#1#0`), which jaxlib 0.10.2's parser rejects. When the installed
+parser fails on such text, `expand_tuple_access` writes the accesses out as the instructions they stand
+for and the parse is retried (see the function for the names it gives them).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
+from typing import Any
 
 from scalify_hlo import _jaxlib
 from scalify_hlo.errors import ParseError, Span
@@ -19,6 +27,13 @@ from .stablehlo import parse_mlir
 
 _XLA_ERROR = re.compile(r"(\d+):(\d+): error: ([^\n]*)")
 _HEADER_INT = re.compile(r"\b(num_partitions|replica_count)=(\d+)")
+
+# Tuple access in an operand list: `%name#i#j...` (the '%' is absent when XLA prints names without it).
+_TUPLE_ACCESS = re.compile(r"(?<![\w.%-])(%?)([A-Za-z_][\w.-]*)((?:#\d+)+)")
+# What the tuple-access scan must skip: string literals (metadata, backend configs) and /* comments */.
+_SKIPPED = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/', re.DOTALL)
+# An instruction definition: `[ROOT] %name = <shape> opcode(...)`; group 3 starts the shape.
+_DEFINITION = re.compile(r"^([ \t]*(?:ROOT[ \t]+)?)(%?)([A-Za-z_][\w.-]*)[ \t]*=[ \t]*", re.MULTILINE)
 
 
 def _instruction_lines(text: str) -> dict[str, int]:
@@ -38,19 +53,155 @@ def _instruction_lines(text: str) -> dict[str, int]:
     return lines
 
 
-def parse_hlo(text: str, path: str) -> Module:
+def _shape_end(text: str, i: int) -> int:
+    """End of the HLO shape starting at `text[i]`: a tuple `( ... )` (nested, with `/*index=5*/`
+    comments) or one array shape such as `f32[2,4]{1,0}`, which has no spaces."""
+    if not text.startswith("(", i):
+        j = i
+        while j < len(text) and not text[j].isspace():
+            j += 1
+        return j
+    depth = 0
+    j = i
+    while j < len(text):
+        if text.startswith("/*", j):
+            j = text.index("*/", j) + 2
+            continue
+        c = text[j]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    raise ValueError("unbalanced tuple shape")
+
+
+@functools.lru_cache(maxsize=1024)
+def _tuple_elements(shape: str) -> tuple[str, ...]:
+    """The element shapes of a tuple shape `(s32[], (f32[2]{0}, pred[]), /*index=2*/f32[])`."""
+    body = re.sub(r"/\*.*?\*/", "", shape.strip())
+    if not (body.startswith("(") and body.endswith(")")):
+        raise ValueError(f"not a tuple shape: {shape}")
+    parts, depth, start = [], 0, 1
+    for j, c in enumerate(body[1:-1], start=1):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(body[start:j].strip())
+            start = j + 1
+    last = body[start:-1].strip()
+    if last or parts:
+        parts.append(last)
+    return tuple(parts)
+
+
+def expand_tuple_access(text: str) -> str:
+    """`text` with every tuple access `%x#i` (nested: `%x#i#j`) replaced by a `get-tuple-element`.
+
+    The instruction for `%x#1#0` is named `x_1_0` after the chain `x_1 = get-tuple-element(x), index=1`,
+    `x_1_0 = get-tuple-element(x_1), index=0`: the names XLA's own parser (jax 0.11+) gives them, so a
+    report names the same instruction whichever jaxlib read the dump. They are written at the end of the
+    instruction that defines `%x` (the HLO parser does not care about line breaks), so every original
+    line keeps its number for diagnostics and reports. The text is returned unchanged when it has no
+    tuple access; a reference to an undefined or non-tuple name is left for XLA's parser to report."""
+    if "#" not in text:
+        return text
+    # Operand uses outside strings and comments, e.g. (start, end, '%', 'param', (0,)).
+    uses: list[tuple[int, int, str, str, tuple[int, ...]]] = []
+    pos = 0
+    for skip in [*_SKIPPED.finditer(text), None]:
+        end = skip.start() if skip is not None else len(text)
+        for m in _TUPLE_ACCESS.finditer(text, pos, end):
+            path = tuple(int(k) for k in m.group(3).split("#")[1:])
+            uses.append((m.start(), m.end(), m.group(1), m.group(2), path))
+        pos = skip.end() if skip is not None else len(text)
+    if not uses:
+        return text
+    # Definitions: name → [(where it starts, where its line ends, its '%' or '', its shape)]. A name
+    # defined twice (in two computations of hand-written text) resolves to the nearest one before the use.
+    defs: dict[str, list[tuple[int, int, str, str]]] = {}
+    taken: set[str] = set()
+    for m in _DEFINITION.finditer(text):
+        name = m.group(3)
+        taken.add(name)
+        try:
+            shape = text[m.end():_shape_end(text, m.end())]
+        except ValueError:
+            continue
+        line_end = text.find("\n", m.end())
+        defs.setdefault(name, []).append((m.start(), len(text) if line_end < 0 else line_end, m.group(2), shape))
+    appended: dict[int, list[str]] = {}  # line end → instructions written there
+    made: dict[tuple[int, tuple[int, ...]], str] = {}  # (definition, access path) → name given
+    replacements: list[tuple[int, int, str]] = []
+    for start, end, percent, name, path in uses:
+        before = [d for d in defs.get(name, ()) if d[0] < start]
+        if not before:
+            continue
+        def_start, line_end, def_percent, shape = before[-1]
+        parent = name
+        for depth in range(1, len(path) + 1):
+            key = (def_start, path[:depth])
+            if key not in made:
+                try:
+                    element = _tuple_elements(shape)[path[depth - 1]]
+                except (ValueError, IndexError):  # not a tuple, or no such element: XLA says which
+                    break
+                new = "_".join([name, *(str(k) for k in path[:depth])])
+                while new in taken:  # the name is taken (XLA then picks another unique one, as we do)
+                    new += "_"
+                taken.add(new)
+                made[key] = new
+                appended.setdefault(line_end, []).append(
+                    f"{def_percent}{new} = {element} get-tuple-element({def_percent}{parent}), "
+                    f"index={path[depth - 1]}")
+            parent = made[key]
+            shape = _tuple_elements(shape)[path[depth - 1]]
+        else:
+            replacements.append((start, end, f"{percent}{parent}"))
+    edits = sorted([(s, e, new) for s, e, new in replacements] +
+                   [(at, at, "".join(f"  {inst}" for inst in insts)) for at, insts in appended.items()])
+    out, pos = [], 0
+    for s, e, new in edits:
+        out.append(text[pos:s])
+        out.append(new)
+        pos = e
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _hlo_error(err: Exception, text: str, path: str) -> ParseError:
+    msg = str(err)  # XLA raises JaxRuntimeError("INVALID_ARGUMENT: ...") with line:col
+    m = _XLA_ERROR.search(msg)
+    if m:
+        line, col = int(m.group(1)), int(m.group(2))
+        lines = text.splitlines()
+        src = lines[line - 1] if 0 < line <= len(lines) else None
+        return ParseError(Span(path, line, col, src), f"not valid HLO text: {m.group(3)}")
+    first = msg.strip().splitlines()[0] if msg.strip() else "cannot parse"
+    return ParseError(Span(path), f"not valid HLO text: {first}")
+
+
+def _parse_text(text: str, path: str) -> Any:
+    """XLA's parse of `text`; on failure, of `text` with its tuple accesses expanded (jaxlib < 0.11)."""
     try:
-        hlo = _jaxlib.hlo_module_from_text(text)
-    except Exception as err:  # XLA raises JaxRuntimeError("INVALID_ARGUMENT: ...") with line:col
-        msg = str(err)
-        m = _XLA_ERROR.search(msg)
-        if m:
-            line, col = int(m.group(1)), int(m.group(2))
-            lines = text.splitlines()
-            src = lines[line - 1] if 0 < line <= len(lines) else None
-            raise ParseError(Span(path, line, col, src), f"not valid HLO text: {m.group(3)}") from None
-        first = msg.strip().splitlines()[0] if msg.strip() else "cannot parse"
-        raise ParseError(Span(path), f"not valid HLO text: {first}") from None
+        return _jaxlib.hlo_module_from_text(text)
+    except Exception as err:
+        expanded = expand_tuple_access(text)
+        if expanded == text:
+            raise _hlo_error(err, text, path) from None
+        try:
+            return _jaxlib.hlo_module_from_text(expanded)
+        except Exception as retry_err:
+            # Original lines keep their numbers in the expanded text, so the position is right either way.
+            raise _hlo_error(retry_err, text, path) from None
+
+
+def parse_hlo(text: str, path: str) -> Module:
+    hlo = _parse_text(text, path)
     original = hlo.as_serialized_hlo_module_proto()
     proto = name_instructions(original)
     try:

@@ -393,7 +393,12 @@ def read_mlir_module(mod: Any, path: str, kind: str = "stablehlo", name_sep: str
         elif o.name == "sdy.mesh" and kind != "hlo":
             # (In converted HLO the meshes only spell replica groups; they are resolved above.)
             name = str(ir.StringAttr(o.attributes["sym_name"]).value)
-            meshes.append((name, str(o.attributes["mesh"])))
+            text = str(o.attributes["mesh"])
+            # jax 0.12 lowers a shard_map's collectives with mesh-spelled replica groups on a second
+            # mesh, `@mesh_0`, identical to `@mesh` (the groups are resolved above): one device
+            # arrangement under two names is one mesh, so only the first name is kept.
+            if all(text != seen for _, seen in meshes):
+                meshes.append((name, text))
     if not funcs:
         raise ParseError(Span(path), "no func.func in the module; expected a StableHLO module with a @main")
     if entry is None:

@@ -398,9 +398,10 @@ def run_after(module: Module, inputs: Sequence[np.ndarray], mesh: Mesh | None = 
 
 def run_pair(before: Module, after: Module, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray],
                                                                                    list[np.ndarray]]:
-    """Both programs on the same global inputs. A partitioned `after` whose results carry no sharding
-    takes its output layouts from the results of `before` (on `before`'s mesh when it has one), and a
-    result whose local shape is the global one is read as replicated."""
+    """Both programs on the same global inputs. A partitioned `after` whose parameters or results carry
+    no sharding takes their layouts from those of `before` (on `before`'s mesh when it has one), and one
+    whose local shape is the global one is read as replicated. (XLA of jax 0.11+ keeps no sharding at
+    all on the module after SPMD partitioning: there every layout comes from `before`.)"""
     ref = run_before(before, inputs)
     if is_shard_map(after):
         return ref, run_after(after, inputs)
@@ -411,6 +412,17 @@ def run_pair(before: Module, after: Module, inputs: Sequence[np.ndarray]) -> tup
         named = mesh_from_sdy(before.meshes[0][1])
         mesh = named if named.size == mesh.size else mesh
     f = after.main
+    declared = entry_layouts(f.arg_attrs, f.params, mesh)
+    try:
+        hinted = entry_layouts(before.main.arg_attrs, before.main.params, mesh)
+    except ShardingError:
+        hinted = [None] * len(declared)
+    ins: list[Layout] = []
+    for i, (d, h, x, v) in enumerate(zip(declared, hinted, inputs, f.params, strict=True)):
+        if d is None and h is None and v.tensor.shape != np.shape(x):
+            raise ShardingError(None, f"{after.path}: parameter {i} is a {list(v.tensor.shape)} shard of a "
+                                f"{list(np.shape(x))} value and neither program says how it is split")
+        ins.append(d or h or Layout.replicated(np.ndim(x)))
     declared = entry_layouts(f.result_attrs, f.outputs, mesh)
     try:
         hinted = entry_layouts(before.main.result_attrs, before.main.outputs, mesh)
@@ -422,7 +434,7 @@ def run_pair(before: Module, after: Module, inputs: Sequence[np.ndarray]) -> tup
             raise ShardingError(None, f"{after.path}: result {i} is a {list(v.tensor.shape)} shard of a "
                                 f"{list(r.shape)} value and neither program says how it is split")
         outs.append(d or h or Layout.replicated(r.ndim))
-    return ref, run_after(after, inputs, mesh, out_layouts=outs, out_shapes=[r.shape for r in ref])
+    return ref, run_after(after, inputs, mesh, in_layouts=ins, out_layouts=outs, out_shapes=[r.shape for r in ref])
 
 
 # ------------------------------------------------------------------------------------------- inputs

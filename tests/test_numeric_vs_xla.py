@@ -138,8 +138,11 @@ def test_spmd_reference_matches_xla(spmd: dict[str, Any], regroup: dict[str, Any
 def _check_partitioned(case: dict[str, Any]) -> None:
     after: Module = case["after"]
     assert after.num_partitions == 8
+    # Layouts passed in: XLA of jax 0.11+ keeps no sharding on the module after SPMD partitioning.
+    ins = [_layout(s, x.ndim) for s, x in zip(SPMD_IN, case["inputs"], strict=True)]
     outs = [_layout(s, e.ndim) for s, e in zip(case["outs"], case["expected"], strict=True)]
-    got = N.run_after(after, case["inputs"], MESH, out_layouts=outs, out_shapes=[e.shape for e in case["expected"]])
+    got = N.run_after(after, case["inputs"], MESH, in_layouts=ins, out_layouts=outs,
+                      out_shapes=[e.shape for e in case["expected"]])
     _assert_close(case["expected"], got, "after spmd-partitioning")
 
 
@@ -189,12 +192,12 @@ def _collectives(x: jax.Array, y: jax.Array) -> tuple[jax.Array, ...]:
     return a, b, c, d, e, f, g, h
 
 
+SM_IN = (P("dp", "tp"), P("dp", "tp"))
 SM_OUT = (P("dp", "tp"),) * 7 + (P(),)
 
 
 def _shard_map_probe(mesh: jax.sharding.Mesh) -> tuple[Any, list[np.ndarray], list[jax.Array], list[Any]]:
-    sm = jax.shard_map(_collectives, mesh=mesh, in_specs=(P("dp", "tp"), P("dp", "tp")), out_specs=SM_OUT,
-                       check_vma=False)
+    sm = jax.shard_map(_collectives, mesh=mesh, in_specs=SM_IN, out_specs=SM_OUT, check_vma=False)
 
     def numeric_probe_shard_map(x: jax.Array, y: jax.Array) -> tuple[jax.Array, ...]:
         return sm(x, y)
@@ -224,8 +227,9 @@ def test_shard_map_stablehlo_matches_xla(shard_map_case: dict[str, Any]) -> None
 
 def test_shard_map_partitioned_matches_xla(shard_map_case: dict[str, Any]) -> None:
     expected = shard_map_case["expected"]
+    ins = [_layout(s, x.ndim) for s, x in zip(SM_IN, shard_map_case["inputs"], strict=True)]
     outs = [_layout(s, e.ndim) for s, e in zip(SM_OUT, expected, strict=True)]
-    got = N.run_after(shard_map_case["after"], shard_map_case["inputs"], MESH, out_layouts=outs)
+    got = N.run_after(shard_map_case["after"], shard_map_case["inputs"], MESH, in_layouts=ins, out_layouts=outs)
     _assert_close(expected, got, "shard_map after spmd-partitioning")
 
 
