@@ -220,7 +220,9 @@ def compile_with_spmd_dump(lowered: Any) -> tuple[Any, str]:
     d = tempfile.mkdtemp(prefix="scalify_dump_")
     try:
         compiled = lowered.compile(
-            compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning"}
+            # every module: a module filter in XLA_FLAGS (the numeric tests set one) must not hide this one
+            compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
+                              "xla_dump_hlo_module_re": ".*"}
         )
         module_name = re.search(r"^module @(\S+)", lowered.as_text(), re.M)
         assert module_name, "no module name in the lowered text"
