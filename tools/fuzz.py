@@ -13,17 +13,22 @@ differ by more than reassociation should but less than a real change does; INVAL
 perturbed program). Both are lowered (`as_text(debug_info=True)`, the reference without shardings, the
 body under `jit(shard_map(...))` on sharded inputs) and given to `scalify_hlo.verify` in this process.
 
-Part 2, mutants: the correct partitioned fixtures (tests/fixtures/*/after.hlo, verdict equivalent) get one
-text mutation each (replica groups, collective-permute pairs, offset tables, scalar constants, operand
-order, dims, reducers, while trip counts); mutants XLA parses are run by XLA on 8 fake devices
-(tools/gen_fixtures.run_partitioned_hlo, the fixture's oracle.npz inputs, the in/out shardings from
-rebuilding the fixture with tools/gen_fixtures.build); a mutant whose outputs differ from the unmutated
-program's is CONFIRMED, and the verifier must never call a confirmed mutant equivalent.
+Part 2, mutants: the correct partitioned fixtures (tests/fixtures/*/after.hlo, verdict equivalent, XLA's
+own partitioner output) get one text mutation each (replica groups, collective-permute pairs, offset
+tables, scalar constants, operand order, dims, all-reduce/reduce-scatter reducers, while trip counts; not
+a reduction's init or an integer constant of a loop body: XLA leaves the first undefined, the second can
+make a loop that never ends). Mutants XLA parses are run by XLA on 8 fake devices (the runner of
+tools/gen_fixtures, the in/out shardings from rebuilding the fixture with gen_fixtures.build) on the
+fixture's oracle.npz inputs and two random input sets like them; a mutant whose outputs differ from the
+unmutated program's on any of them is CONFIRMED, and the verifier must never call it equivalent. (A mutant
+with the same outputs that the verifier calls a discrepancy is only listed: the verifier's counterexamples
+come from inputs of its own.) A mutant whose XLA run exceeds --exec-limit ends the soak with its report.
 
 Outcomes: false_equivalent (equivalent, truth DIFFERENT), false_discrepancy (discrepancy, truth SAME),
-timeout (over --timeout-wall seconds), exception (any Python exception; a ScalifyError counts too, since
-JAX/XLA compiled the program), unknown. The JSON report holds every failing program's source (a module
-that --replay runs again and that can become a fixture) and every failing mutant's diff.
+timeout (over 30 s, or over --timeout-wall, where the run is cut short), exception (any Python exception;
+a ScalifyError counts too, since JAX/XLA compiled the program), unknown. The JSON report holds every
+failing program's source (a module that --replay runs again and that can become a fixture) and every
+failing mutant's diff. Exit code 1 when anything failed.
 """
 
 from __future__ import annotations
@@ -331,6 +336,16 @@ def run_programs(seed: int, n_programs: int, seconds: float, *, budget: float = 
     ends first."""
     summary = ProgramSummary()
     t0 = time.perf_counter()
+    try:
+        _fuzz_programs(summary, seed, n_programs, seconds, budget, hard_limit, log, t0)
+    except KeyboardInterrupt:
+        log("  interrupted: reporting the programs so far")
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _fuzz_programs(summary: ProgramSummary, seed: int, n_programs: int, seconds: float, budget: float,
+                   hard_limit: float, log: Callable[[str], None], t0: float) -> None:
     with tempfile.TemporaryDirectory(prefix="scalify_fuzz_") as tmp:
         workdir = Path(tmp)
         for i in range(n_programs):
@@ -354,8 +369,6 @@ def run_programs(seed: int, n_programs: int, seconds: float, *, budget: float = 
                     log(f"  {r.id}: {r.outcome.upper()} truth {r.truth}, verdict {r.verdict}: {r.reason[:160]}")
             if i % 25 == 24:
                 jax.clear_caches()  # thousands of one-off executables otherwise stay cached
-    summary.seconds = time.perf_counter() - t0
-    return summary
 
 
 # =============================================================================================== mutants
@@ -483,6 +496,12 @@ def mutation_sites(text: str) -> dict[str, list[Instr]]:
     lines = text.split("\n")
     conds = {m.group(1) for ins in instrs if ins.opcode == "while"
              for m in [re.search(r"condition=(%[\w.\-]+)", ins.attrs)] if m}
+    bodies = {m.group(1) for ins in instrs if ins.opcode == "while"
+              for m in [re.search(r"body=(%[\w.\-]+)", ins.attrs)] if m}
+    # A reduction's init must be its reducer's identity (XLA may drop it, e.g. over a size-1 dim): changing
+    # the init, or the reducer under it, makes a program whose result XLA does not define.
+    inits = {o for ins in instrs if ins.opcode in ("reduce", "reduce-window")
+             for o in ins.operands[len(ins.operands) // 2:]}
     sites: dict[str, list[Instr]] = {k: [] for k in MUTATION_KINDS}
     for ins in instrs:
         line = lines[ins.line]
@@ -494,8 +513,11 @@ def mutation_sites(text: str) -> dict[str, list[Instr]]:
             if re.match(r"[su]\d+\[\d+\]", ins.type) and "{" in (ins.operands[0] if ins.operands else ""):
                 sites["offset_table"].append(ins)
             elif re.match(r"(?:[fsu]\d+|bf16|pred)\[\]", ins.type):
-                (sites["trip_count"] if ins.computation in conds and ins.type.startswith("s32")
-                 else sites["scalar_constant"]).append(ins)
+                if ins.computation in conds and ins.type.startswith("s32"):
+                    sites["trip_count"].append(ins)  # the bound: +-1 iteration
+                elif ins.name not in inits and not (ins.computation in bodies and ins.type[0] in "su"):
+                    # (an integer constant of a loop body may be the counter's step: 1 -> 0 never ends)
+                    sites["scalar_constant"].append(ins)
         if ins.opcode in _NON_COMMUTATIVE and len(ins.operands) == 2:
             sites["swap_operands"].append(ins)
         if ins.opcode == "select" and len(ins.operands) == 3:
@@ -507,7 +529,7 @@ def mutation_sites(text: str) -> dict[str, list[Instr]]:
         if re.search(r"(?<![\w_])(dimensions|iota_dimension|lhs_contracting_dims|rhs_contracting_dims|"
                      r"lhs_batch_dims|rhs_batch_dims)=", ins.attrs):
             sites["dims"].append(ins)
-        if ins.opcode in ("all-reduce", "reduce-scatter", "reduce", "all-reduce-start") and "to_apply=" in ins.attrs:
+        if ins.opcode in ("all-reduce", "reduce-scatter", "all-reduce-start") and "to_apply=" in ins.attrs:
             sites["reducer"].append(ins)
     return sites
 
@@ -621,7 +643,8 @@ def mutate(name: str, text: str, kind: str, ins: Instr, rng: np.random.Generator
                 return None
             choice = int(rng.integers(3))
             nv = 0.0 if not math.isfinite(v) else (v * 1.5 + 0.25 if choice == 0 else -v if choice == 1 and v else v + 1)
-            new = repr(float(np.float32(nv)))
+            with np.errstate(over="ignore"):  # FLT_MAX * 1.5 is inf: still a valid (and changed) constant
+                new = repr(float(np.float32(nv)))
         return done(line.replace(m.group(0), f"constant({new})"), f"constant {old} -> {new}")
     if kind == "swap_operands":
         ops = list(ins.operands)
@@ -807,6 +830,8 @@ class MutantSummary:
     seconds: float = 0.0
     by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
     skipped_fixtures: list[str] = field(default_factory=list)
+    interrupted: str | None = None  # why the soak stopped early (Ctrl-C, SIGTERM, a hung XLA execution)
+    by_fixture: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, Any]:
         def n(pred: Callable[[MutantResult], bool]) -> int:
@@ -831,22 +856,42 @@ class MutantSummary:
             "exceptions_scalify_error": n(lambda r: r.verdict == "scalify_error"),
             "exceptions_crash": n(lambda r: r.verdict == "crash"),
             "fixtures_skipped": len(self.skipped_fixtures),
+            "interrupted": self.interrupted,
             "wall_seconds": round(self.seconds, 1),
         }
 
 
 def run_mutants(seed: int, target: int, *, fixtures: Sequence[str] | None = None, seconds: float = math.inf,
                 budget: float = 10.0, hard_limit: float = 120.0, max_tries: int | None = None,
+                exec_limit: float = 300.0, on_hang: Callable[[MutantSummary], None] | None = None,
                 log: Callable[[str], None] = print) -> MutantSummary:
-    """Part 2: mutate until `target` mutants are confirmed different (or `max_tries`, or `seconds`)."""
+    """Part 2: mutate until `target` mutants are confirmed different (or `max_tries`, or `seconds`).
+
+    Ctrl-C / SIGTERM end the soak with what it has. An XLA execution cannot be interrupted from Python, so a
+    mutant that runs longer than `exec_limit` seconds (a loop that no longer ends) ends the process after
+    `on_hang(summary)` (main writes the JSON report there)."""
+    summary = MutantSummary()
+    t0 = time.perf_counter()
+    try:
+        _soak(summary, seed, target, fixtures, seconds, budget, hard_limit, max_tries, exec_limit, on_hang, log, t0)
+    except KeyboardInterrupt:
+        summary.interrupted = "interrupted"
+        log("  interrupted: reporting the mutants so far")
+    summary.seconds = time.perf_counter() - t0
+    summary.by_kind = {k: dict(v) for k, v in summary.by_kind.items()}
+    summary.by_fixture = {k: dict(v) for k, v in summary.by_fixture.items()}
+    return summary
+
+
+def _soak(summary: MutantSummary, seed: int, target: int, fixtures: Sequence[str] | None, seconds: float,
+          budget: float, hard_limit: float, max_tries: int | None, exec_limit: float,
+          on_hang: Callable[[MutantSummary], None] | None, log: Callable[[str], None], t0: float) -> None:
     import gen_fixtures as gf
 
     rng = np.random.default_rng(seed)
     names = list(fixtures or soak_fixtures())
     cases: dict[str, FixtureCase] = {}
-    summary = MutantSummary()
     seen: set[str] = set()
-    t0 = time.perf_counter()
     max_tries = max_tries or 12 * target + 50
     confirmed = 0
     while confirmed < target and summary.tried < max_tries and time.perf_counter() - t0 < seconds:
@@ -882,12 +927,26 @@ def run_mutants(seed: int, target: int, *, fixtures: Sequence[str] | None = None
         except Exception:
             summary.unparsable += 1
             continue
+        def hung(what: str = mutant.what, name: str = name) -> None:
+            summary.interrupted = f"XLA execution of {name} {what} ran over {exec_limit:.0f} s"
+            log(f"  {summary.interrupted}: stopping")
+            summary.seconds = time.perf_counter() - t0
+            summary.by_kind = {k: dict(v) for k, v in summary.by_kind.items()}
+            if on_hang is not None:
+                on_hang(summary)
+            os._exit(4)
+
+        watchdog = threading.Timer(exec_limit, hung)
+        watchdog.daemon = True
+        watchdog.start()
         try:
             outs = run_hlo_on(mutant.text, case.input_sets, case.in_shardings, case.out_shardings,
                               [o.shape for o in case.after_outs[0]])
         except Exception:
             summary.not_run += 1
             continue
+        finally:
+            watchdog.cancel()
         # DIFFERENT if any input set shows it; SAME only if none shows any difference
         truths = [compare(ref, out, rtol=1e-4, loose=1e-3) for ref, out in zip(case.after_outs, outs, strict=True)]
         found = {t for t, _ in truths}
@@ -909,15 +968,15 @@ def run_mutants(seed: int, target: int, *, fixtures: Sequence[str] | None = None
                                             outcome, diff, v.error))
         stats[truth.lower()] += 1
         stats[f"{truth.lower()}_{v.name}"] += 1
+        per_fixture = summary.by_fixture.setdefault(name, collections.Counter())
+        per_fixture["ran"] += 1
+        per_fixture[truth.lower()] += 1
         if truth == "DIFFERENT":
             confirmed += 1
             if confirmed % 100 == 0:
                 log(f"  {confirmed} confirmed of {len(summary.results)} run, {time.perf_counter() - t0:.0f} s")
         if outcome not in ("ok", "same_output_discrepancy"):
             log(f"  {name} {mutant.what}: {outcome.upper()} (truth {truth}, verdict {v.name}): {v.reason[:160]}")
-    summary.seconds = time.perf_counter() - t0
-    summary.by_kind = {k: dict(v) for k, v in summary.by_kind.items()}
-    return summary
 
 
 # ================================================================================================== main
@@ -958,6 +1017,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--fixtures", nargs="+", help="mutate only these fixtures (default: every equivalent after.hlo)")
     ap.add_argument("--budget", type=float, default=10.0, help="verify(..., timeout=) per program, seconds")
     ap.add_argument("--timeout-wall", type=float, default=120.0, help="hard wall limit per verification")
+    ap.add_argument("--exec-limit", type=float, default=300.0,
+                    help="a mutant XLA runs longer than this stops the soak (report written, exit code 4)")
     ap.add_argument("--json", type=Path, help="write counts and every failure (with its source) here")
     ap.add_argument("--replay", type=Path, help="run one saved program and exit")
     ns = ap.parse_args(argv)
@@ -989,24 +1050,41 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             "generator_errors"))
     if ns.mutants > 0:
         print(f"== mutants (seed {ns.seed}, target {ns.mutants} confirmed)")
+
+        def mutant_report(ms: MutantSummary) -> int:
+            counts = ms.counts()
+            print(table("mutants", counts))
+            print("by kind:")
+            for k, v in sorted(ms.by_kind.items()):
+                print(f"  {k:16s} " + ", ".join(f"{kk} {vv}" for kk, vv in sorted(v.items())))
+            report["mutants"] = {
+                "counts": counts, "by_kind": ms.by_kind, "by_fixture": ms.by_fixture,
+                "skipped_fixtures": ms.skipped_fixtures,
+                "failures": [asdict(r) for r in ms.results if r.outcome not in ("ok", "same_output_discrepancy")],
+                "same_output_discrepancies": [asdict(r) for r in ms.results if r.outcome == "same_output_discrepancy"]}
+            return sum(counts[k] for k in ("false_equivalent", "timeouts", "exceptions"))
+
+        def on_hang(ms: MutantSummary) -> None:  # the process ends right after: report what there is
+            mutant_report(ms)
+            write_json(ns.json, report)
+
         ms = run_mutants(ns.seed, ns.mutants, fixtures=ns.fixtures, seconds=ns.mutant_seconds, budget=ns.budget,
-                         hard_limit=ns.timeout_wall)
-        counts = ms.counts()
-        print(table("mutants", counts))
-        print("by kind:")
-        for k, v in sorted(ms.by_kind.items()):
-            print(f"  {k:16s} " + ", ".join(f"{kk} {vv}" for kk, vv in sorted(v.items())))
-        report["mutants"] = {"counts": counts, "by_kind": ms.by_kind, "skipped_fixtures": ms.skipped_fixtures,
-                             "failures": [asdict(r) for r in ms.results if r.outcome not in ("ok",
-                                                                                            "same_output_discrepancy")],
-                             "same_output_discrepancies": [asdict(r) for r in ms.results
-                                                           if r.outcome == "same_output_discrepancy"]}
-        failures += sum(counts[k] for k in ("false_equivalent", "timeouts", "exceptions"))
-    if ns.json:
-        ns.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
-        print(f"wrote {ns.json}")
+                         hard_limit=ns.timeout_wall, exec_limit=ns.exec_limit, on_hang=on_hang)
+        failures += mutant_report(ms)
+    write_json(ns.json, report)
     return 1 if failures else 0
 
 
+def write_json(path: Path | None, report: dict[str, Any]) -> None:
+    if path is not None:
+        path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print(f"wrote {path}")
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends a soak like Ctrl-C: with its report
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(main())
