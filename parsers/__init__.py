@@ -1,4 +1,4 @@
-"""Readers: any supported file → `scalify_hlo.ir.Module`, the kind sniffed from the content.
+"""Readers: any supported file → `scalify_hlo.ir.nodes.Module`, the kind sniffed from the content.
 
 `load` is the one place input files are read. It reads regular files only, or standard input when the
 path is `-`: a FIFO would block forever and a device such as /dev/zero would never end. Input is capped
@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from scalify_hlo.errors import InputFileError, ParseError, Span, UsageError
-from scalify_hlo.ir import Module
+from scalify_hlo.parsers.hlo import parse_hlo
+from scalify_hlo.parsers.stablehlo import parse_mlir
+
+from scalify_hlo.ir.errors import InputFileError, ParseError, Span, UsageError
+from scalify_hlo.ir.nodes import Module
 
 MLIR_BYTECODE_MAGIC = b"ML\xefR"
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -156,9 +159,5 @@ def loads(data: bytes | str, path: str = "<string>") -> Module:
         raw = raw[len(UTF8_BOM):]  # editors on Windows write one; it is not part of the text
     kind = sniff(raw, path)
     if kind == "hlo":
-        from .hlo import parse_hlo
-
         return parse_hlo(raw.decode("utf-8"), path)
-    from .stablehlo import parse_mlir
-
     return parse_mlir(raw if kind == "mlir-bytecode" else raw.decode("utf-8"), path)

@@ -18,12 +18,12 @@ import functools
 import re
 from typing import Any
 
-from scalify_hlo import _jaxlib
-from scalify_hlo.errors import ParseError, Span
-from scalify_hlo.ir import Attrs, Module
+from scalify_hlo.parsers._hloproto import NAME_SEP, entry_computation_name, name_instructions
+from scalify_hlo.parsers.stablehlo import parse_mlir
 
-from ._hloproto import NAME_SEP, entry_computation_name, name_instructions
-from .stablehlo import parse_mlir
+from scalify_hlo.ir import _jaxlib
+from scalify_hlo.ir.errors import ParseError, Span
+from scalify_hlo.ir.nodes import Attrs, Module
 
 _XLA_ERROR = re.compile(r"(\d+):(\d+): error: ([^\n]*)")
 _HEADER_INT = re.compile(r"\b(num_partitions|replica_count)=(\d+)")

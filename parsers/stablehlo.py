@@ -1,7 +1,7 @@
 """StableHLO (text or bytecode) → common IR, by walking jaxlib's MLIR bindings.
 
 Every op is read through the MLIR Python API: types, attributes and locations are converted into the
-immutable values of `scalify_hlo.ir`. Nothing here knows what an op means; that is `semantics.py`.
+immutable values of `scalify_hlo.ir.nodes`. Nothing here knows what an op means; that is `semantics.py`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from scalify_hlo import _jaxlib
-from scalify_hlo.errors import ParseError, Span
-from scalify_hlo.ir import (
+from scalify_hlo.ir import _jaxlib
+from scalify_hlo.ir.dtypes import numpy_dtype
+from scalify_hlo.ir.errors import ParseError, Span
+from scalify_hlo.ir.nodes import (
     EMPTY_ATTRS,
     UNKNOWN_LOC,
     Attrs,
@@ -37,29 +38,13 @@ from scalify_hlo.ir import (
     Type,
     Value,
 )
+from scalify_hlo.layout.mesh import mesh_axes_of, refine_for_axes
+from scalify_hlo.layout.sharding import mesh_from_sdy
 
 # Dialect prefixes dropped from opcodes: the common IR speaks StableHLO, and mhlo/chlo ops that the
 # converter or JAX emit keep their own names (`fusion`, `copy`, `top_k`) in the same namespace.
 _PREFIXES = ("stablehlo.", "mhlo.", "chlo.", "func.", "sdy.")
 _TERMINATORS = frozenset({"return", "sdy.return"})
-
-_NP_DTYPES: dict[str, str] = {
-    "f64": "float64", "f32": "float32", "f16": "float16", "i64": "int64", "i32": "int32", "i16": "int16",
-    "i8": "int8", "ui64": "uint64", "ui32": "uint32", "ui16": "uint16", "ui8": "uint8", "i1": "bool",
-}
-
-
-def numpy_dtype(dtype: str) -> np.dtype[Any]:
-    """The NumPy dtype that holds values of an MLIR element type (bf16 and f8 types via ml_dtypes)."""
-    if dtype in _NP_DTYPES:
-        return np.dtype(_NP_DTYPES[dtype])
-    import ml_dtypes
-
-    names = {"bf16": "bfloat16", "f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2"}
-    if dtype in names:
-        return np.dtype(getattr(ml_dtypes, names[dtype]))
-    raise ValueError(f"no NumPy dtype for element type {dtype}")
-
 
 class _Reader:
     """One module walk; caches locations (MLIR uniques them, so many ops share one)."""
@@ -213,9 +198,6 @@ class _Reader:
     def mesh_groups(self, attr: Any) -> Literal:
         """XLA's mesh spelling of replica groups (`mesh['axis_0'=2,...] {'axis_0'}`) as explicit groups:
         every group is the devices that differ only along the named axes, in their order."""
-        from scalify_hlo.mesh import mesh_axes_of, refine_for_axes
-        from scalify_hlo.sharding import mesh_from_sdy
-
         name = str(self.ir.FlatSymbolRefAttr(attr.mesh).value)
         if name not in self.meshes:
             raise ParseError(Span(self.path), f"replica groups name mesh @{name}, which the module does not define")

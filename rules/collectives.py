@@ -10,18 +10,19 @@ cyclic collective-permute rolls the shards. `partition-id` starts the device-dep
 from __future__ import annotations
 
 import numpy as np
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, upstream
+from scalify_hlo.rules.spmd import axes_text
 
-from scalify_hlo.errors import ShardingError, UnmodelledShardingError
-from scalify_hlo.facts import Ctx, Fact, Failed, Holds, Varying, upstream
-from scalify_hlo.ir import Literal, Op, TensorType
-from scalify_hlo.mesh import Layout, Reducer, axes_of_groups, shift_of_pairs
-from scalify_hlo.terms import Term
-
-from .spmd import COLLECTIVE_NAME, axes_text, reducer_of
+from scalify_hlo.ir.dtypes import numpy_dtype
+from scalify_hlo.ir.errors import ShardingError, UnmodelledShardingError
+from scalify_hlo.ir.nodes import Literal, Op, TensorType
+from scalify_hlo.layout.mesh import Layout, Reducer, axes_of_groups, shift_of_pairs
+from scalify_hlo.ops.reducers import COLLECTIVE_NAME, reducer_of
+from scalify_hlo.terms.term import Term
 
 # --------------------------------------------------------------------------------------------- collectives
 
-def _groups_axes(ctx: Ctx, op: Op, *, ordered: bool = True) -> tuple[str, ...] | Failed:
+def groups_axes(ctx: Ctx, op: Op, *, ordered: bool = True) -> tuple[str, ...] | Failed:
     """The mesh axes `op`'s replica groups span. `ordered=False` (all-reduce) reads each group as a set:
     the order of its members is then no evidence of anything."""
     groups = op.attrs.get("replica_groups")
@@ -39,7 +40,7 @@ def _groups_axes(ctx: Ctx, op: Op, *, ordered: bool = True) -> tuple[str, ...] |
 
 
 def all_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    axes = _groups_axes(ctx, op, ordered=False)  # a reduction: who comes first in a group does not matter
+    axes = groups_axes(ctx, op, ordered=False)  # a reduction: who comes first in a group does not matter
     reducer = reducer_of(op.regions[0]) if op.regions else None
     out: list[Fact] = []
     for f in facts:
@@ -48,11 +49,11 @@ def all_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         elif reducer is None:
             out.append(ctx.unsupported(op, "an all-reduce whose body is not a single add/max/min/mul/and/or"))
         else:
-            out.append(_all_reduce_one(ctx, op, ctx.lift(f) if isinstance(f, Varying) else f, axes, reducer))
+            out.append(all_reduce_one(ctx, op, ctx.lift(f) if isinstance(f, Varying) else f, axes, reducer))
     return tuple(out)
 
 
-def _all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: Reducer) -> Fact:
+def all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: Reducer) -> Fact:
     if isinstance(f, Failed):
         return upstream(f, op)
     if not isinstance(f, Holds):
@@ -118,8 +119,6 @@ def _identity_of(reducer: Reducer, dtype: str) -> float | int:
     """The reducer's identity in `dtype`: an integer max starts at the type's least value, not -inf."""
     if reducer is Reducer.SUM:
         return 0
-    from scalify_hlo.parsers.stablehlo import numpy_dtype
-
     nd = numpy_dtype(dtype)
     if nd.kind in "iub":
         info = np.iinfo(nd) if nd.kind != "b" else None
@@ -129,7 +128,7 @@ def _identity_of(reducer: Reducer, dtype: str) -> float | int:
 
 
 def all_gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    axes = _groups_axes(ctx, op)
+    axes = groups_axes(ctx, op)
     dim = int(op.attrs["all_gather_dim"])  # type: ignore[arg-type]
     out: list[Fact] = []
     for f in facts:
@@ -163,7 +162,7 @@ def all_gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
 
 
 def reduce_scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    axes = _groups_axes(ctx, op)
+    axes = groups_axes(ctx, op)
     reducer = reducer_of(op.regions[0]) if op.regions else None
     dim = int(op.attrs["scatter_dimension"])  # type: ignore[arg-type]
     (f,) = facts
@@ -171,7 +170,7 @@ def reduce_scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...
         return (axes,)
     if reducer is None:
         return (ctx.unsupported(op, "a reduce-scatter whose body is not a single add/max/min"),)
-    reduced = _all_reduce_one(ctx, op, ctx.lift(f) if isinstance(f, Varying) else f, axes, reducer)
+    reduced = all_reduce_one(ctx, op, ctx.lift(f) if isinstance(f, Varying) else f, axes, reducer)
     if not isinstance(reduced, Holds):
         return (reduced,)
     dims = list(reduced.layout.dims)
@@ -180,7 +179,7 @@ def reduce_scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...
 
 
 def all_to_all(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    axes = _groups_axes(ctx, op)
+    axes = groups_axes(ctx, op)
     split = int(op.attrs["split_dimension"])  # type: ignore[arg-type]
     concat = int(op.attrs["concat_dimension"])  # type: ignore[arg-type]
     out: list[Fact] = []

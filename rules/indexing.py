@@ -9,14 +9,14 @@ indexed dims are whole on every device (indices are global positions there).
 from __future__ import annotations
 
 import numpy as np
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, view
+from scalify_hlo.rules.layout import holds_operands
 
-from scalify_hlo.errors import ShardingError
-from scalify_hlo.facts import Ctx, Fact, Failed, Holds, Varying, view
-from scalify_hlo.ir import GatherDims, Literal, Op, TensorType
-from scalify_hlo.mesh import Layout, match_axis_index
-from scalify_hlo.terms import Term
-
-from .layout import holds_operands
+from scalify_hlo.ir.errors import ShardingError
+from scalify_hlo.ir.nodes import GatherDims, Literal, Op, ScatterDims, TensorType
+from scalify_hlo.layout.mesh import Layout, match_axis_index
+from scalify_hlo.ops.attrs import term_attrs
+from scalify_hlo.terms.term import Term
 
 
 def _offsets(ctx: Ctx, f: Fact) -> int | np.ndarray | Term | None:
@@ -186,8 +186,6 @@ def gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
 def replicated_only(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     """Ops understood only on whole (replicated) values: the global op itself (sort, scatter, top-k, ...).
     Enough for every reference program and for after-programs that compute them redundantly."""
-    from scalify_hlo.semantics import term_attrs
-
     ops = holds_operands(ctx, op, facts)
     if isinstance(ops, Failed):
         return tuple(ops for _ in op.results)
@@ -206,16 +204,14 @@ def replicated_only(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ..
 def reduce_window(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     """Windows that span only whole dims act shard by shard along the others (cumsum over the sequence
     of a batch-split tensor)."""
-    from scalify_hlo.semantics import term_attrs
-
     ops = holds_operands(ctx, op, facts)
     if isinstance(ops, Failed):
         return tuple(ops for _ in op.results)
     k = len(op.results)
     xs, inits = ops[:k], ops[k:]
     rank = xs[0].layout.rank
-    window = tuple(op.attrs.get("window_dimensions", (1,) * rank))  # type: ignore[arg-type]
-    strides = tuple(op.attrs.get("window_strides", (1,) * rank) or (1,) * rank)  # type: ignore[arg-type]
+    window = tuple(op.attrs.get("window_dimensions", (1,) * rank))
+    strides = tuple(op.attrs.get("window_strides", (1,) * rank) or (1,) * rank)
     pad = op.attrs.get("padding")
     pads = np.asarray(pad.array).reshape(rank, 2) if isinstance(pad, Literal) else np.zeros((rank, 2))
     touched = [d for d in range(rank) if window[d] != 1 or strides[d] != 1 or pads[d].any()]
@@ -238,9 +234,6 @@ def reduce_window(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
 def scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     """A scatter into whole (unsplit) scattered dims: the update rows land on the devices that hold their
     batch; the result keeps the operand's layout. (The gradient of `take_along_axis`.)"""
-    from scalify_hlo.ir import ScatterDims
-    from scalify_hlo.semantics import term_attrs
-
     ops = holds_operands(ctx, op, facts)
     if isinstance(ops, Failed):
         return tuple(ops for _ in op.results)

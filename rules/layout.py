@@ -10,10 +10,10 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, join, view
 
-from scalify_hlo.facts import Ctx, Fact, Failed, Holds, Varying, join, view
-from scalify_hlo.ir import Op, TensorType
-from scalify_hlo.mesh import Layout
+from scalify_hlo.ir.nodes import Op, TensorType
+from scalify_hlo.layout.mesh import Layout
 
 
 def holds_operands(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> list[Holds] | Failed:

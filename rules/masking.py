@@ -15,14 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from scalify_hlo.rules import layout as L
+from scalify_hlo.rules import spmd as S
+from scalify_hlo.rules.facts import Ctx, Fact, Holds, InWindow, Lookup, Masked, Shifted, Varying, Window
+from scalify_hlo.rules.indexing import gather as gather_holds
 
-from scalify_hlo import ranges
-from scalify_hlo.facts import Ctx, Fact, Holds, InWindow, Lookup, Masked, Shifted, Varying, Window
-from scalify_hlo.ir import GatherDims, Op, TensorType, Value
-from scalify_hlo.mesh import Layout, Reducer, match_axis_index
-
-from .indexing import gather as gather_holds
-from .spmd import reducer_of
+from scalify_hlo.ir.nodes import GatherDims, Op, TensorType, Value
+from scalify_hlo.layout.mesh import Layout, Reducer, match_axis_index
+from scalify_hlo.ops.reducers import reducer_of
+from scalify_hlo.terms import ranges
 
 NEG, POS = -(1 << 62), 1 << 62
 _FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
@@ -404,10 +405,8 @@ def _retyped(op: Op, opcode: str, dtype: str) -> Op:
 
 
 def _move(ctx: Ctx, op: Op, h: Holds, opcode: str | None = None) -> Holds | None:
-    from scalify_hlo.semantics import OPS
-
     name = opcode or op.opcode
-    (out,) = OPS[name].transfer(ctx, _retyped(op, name, h.term.type.dtype), (h,))
+    (out,) = _MOVES[name](ctx, _retyped(op, name, h.term.type.dtype), (h,))
     return out if isinstance(out, Holds) else None
 
 
@@ -453,6 +452,9 @@ def _all_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] |
                           f"{_axes(look.axes)} must zero the rows of the indices outside its shard before the sum",
                           evidence=True, origin=look.origin) for _ in op.results)
 
+
+# The movement ops a mask moves through, with the transfer rule that moves its base.
+_MOVES = {"broadcast_in_dim": L.broadcast_in_dim, "copy": S.identity, "reshape": L.reshape, "transpose": L.transpose}
 
 RULES: dict[str, Rule] = {
     "add": _shift,

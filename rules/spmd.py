@@ -9,27 +9,14 @@ or says why not: with `evidence=True` when the layouts contradict each other (th
 
 from __future__ import annotations
 
-from scalify_hlo.errors import ShardingError
-from scalify_hlo.facts import Ctx, Fact, Failed, Holds, TupleFact, Varying, join, upstream, view
-from scalify_hlo.ir import Op, Region, TensorType
-from scalify_hlo.mesh import Layout, Reducer
-from scalify_hlo.terms import Term, scalar_value
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, TupleFact, Varying, join, upstream, view
 
-REDUCER_OF_OP = {"add": Reducer.SUM, "maximum": Reducer.MAX, "minimum": Reducer.MIN,
-                 "multiply": Reducer.PROD, "and": Reducer.AND, "or": Reducer.OR}
-OP_OF_REDUCER = {r: op for op, r in REDUCER_OF_OP.items()}  # the elementwise op that combines two values
-COLLECTIVE_NAME = {Reducer.SUM: "psum", Reducer.MAX: "pmax", Reducer.MIN: "pmin", Reducer.PROD: "pprod",
-                   Reducer.AND: "pand", Reducer.OR: "por"}
-
-
-def reducer_of(region: Region) -> Reducer | None:
-    """The reducer of a two-argument region that applies one associative op to its arguments."""
-    if len(region.args) != 2 or len(region.ops) != 1 or len(region.results) != 1:
-        return None
-    (op,) = region.ops
-    if op.results != region.results or set(op.operands) != set(region.args):
-        return None
-    return REDUCER_OF_OP.get(op.opcode)
+from scalify_hlo.ir.errors import ShardingError
+from scalify_hlo.ir.nodes import DotDims, Op, TensorType
+from scalify_hlo.layout.mesh import Layout
+from scalify_hlo.ops.attrs import term_attrs
+from scalify_hlo.ops.reducers import COLLECTIVE_NAME, Reducer, reducer_of
+from scalify_hlo.terms.term import Term, scalar_value
 
 
 def axes_text(ctx: Ctx, axes: tuple[str, ...] | frozenset[str]) -> str:
@@ -161,8 +148,6 @@ def dot_general(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
             return (upstream(bad, op),)
         return (ctx.unsupported(op, "operands that are not tensors"),)
     dims = op.attrs.get("dot_dimension_numbers")
-    from scalify_hlo.ir import DotDims
-
     if not isinstance(dims, DotDims):
         dims = DotDims((), (), (lhs.term.type.rank - 1,), (0,))
     if lhs.layout.partial and rhs.layout.partial:
@@ -249,8 +234,6 @@ def reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
 def _variadic_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     """A reduction of several operands with one body (argmax: values and indices). Supported where the
     reduced dims are whole on every device: then it is the global reduction, shard by shard."""
-    from scalify_hlo.semantics import term_attrs
-
     held: list[Holds] = []
     for f in facts:
         g = ctx.lift(f) if isinstance(f, Varying) else f
@@ -303,8 +286,3 @@ def get_tuple_element(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, 
         return (f.elements[int(op.attrs["index"])],)  # type: ignore[arg-type]
     return (f,)
 
-
-def term_attrs(op: Op) -> tuple[tuple[str, object], ...]:
-    from scalify_hlo.semantics import term_attrs as _ta
-
-    return _ta(op)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .api import assert_equivalent, verify
-    from .errors import ScalifyError
-    from .report import Discrepancy, Equivalent, Report, Unknown
+    from scalify_hlo.api import assert_equivalent, verify
+    from scalify_hlo.ir.errors import ScalifyError
+    from scalify_hlo.report.verdicts import Discrepancy, Equivalent, Report, Unknown
 
 __all__ = ["Discrepancy", "Equivalent", "Report", "ScalifyError", "Unknown", "assert_equivalent", "verify"]
 

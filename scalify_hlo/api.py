@@ -2,7 +2,7 @@
 
 Accepted for either side: a path, StableHLO/HLO text or MLIR bytecode, a jax `Lowered` (its StableHLO with
 locations), a jax `Compiled` (its optimized HLO), an `ir.Module` from jaxlib's MLIR bindings, or an
-already parsed `scalify_hlo.ir.Module`.
+already parsed `scalify_hlo.ir.nodes.Module`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import scalify_hlo.parsers as parsers
-
-from .egraph import Budget
-from .engine import Options
-from .engine import verify as _verify
-from .errors import UnsupportedError, UsageError
-from .ir import Module
-from .report import Report, Unknown
+from scalify_hlo.ir.errors import UnsupportedError, UsageError
+from scalify_hlo.ir.nodes import Module
+from scalify_hlo.numeric.oracle import with_numeric
+from scalify_hlo.prove.egraph import Budget
+from scalify_hlo.prove.engine import Options
+from scalify_hlo.prove.engine import verify as _verify
+from scalify_hlo.report.verdicts import Report, Unknown
 
 Source = str | bytes | Path | Module | Any
 
@@ -47,7 +47,7 @@ def as_module(source: Source, name: str) -> Module:
     if get_asm is not None and hasattr(get_asm, "get_asm"):  # an ir.Module
         return parsers.loads(get_asm.get_asm(enable_debug_info=True), name)
     raise TypeError(f"cannot verify a {type(source).__name__}; expected a path, IR text or bytes, a jax Lowered "
-                    "or Compiled object, an MLIR module or a scalify_hlo.ir.Module")
+                    "or Compiled object, an MLIR module or a scalify_hlo.ir.nodes.Module")
 
 
 def verify(before: Source, after: Source, *, numeric: bool = False, seed: int = 0, iterations: int = 12,
@@ -71,8 +71,6 @@ def verify(before: Source, after: Source, *, numeric: bool = False, seed: int = 
     except UnsupportedError as err:
         report = unmodelled_report(bm.path, am.path, err)
     if numeric:
-        from .oracle import with_numeric
-
         report = with_numeric(report, bm, am, seed)
     return report
 

@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from .derive import Deriver
-from .errors import ShardingError
-from .facts import Holds
-from .ir import Literal, Module, Op, TensorType, walk
-from .mesh import Layout, axes_of_groups
-from .program import COLLECTIVES, Program, prepare
-from .terms import Terms
+from scalify_hlo.ir.errors import ShardingError
+from scalify_hlo.ir.nodes import Literal, Module, Op, TensorType, walk
+from scalify_hlo.layout.mesh import Layout, axes_of_groups
+from scalify_hlo.layout.program import COLLECTIVES, Program, prepare
+from scalify_hlo.numeric.machine import np_dtype
+from scalify_hlo.prove.derive import Deriver
+from scalify_hlo.rules.facts import Holds
+from scalify_hlo.terms.table import Terms
 
 LARGE_REPLICATED = 1 << 20  # bytes: a replicated input this large on every device is worth a look
 
@@ -99,8 +100,6 @@ def _axes(axes: tuple[str, ...]) -> str:
 
 
 def _bytes(t: TensorType) -> int:
-    from .numeric import np_dtype
-
     try:
         width = np_dtype(t.dtype).itemsize
     except (ValueError, KeyError, TypeError):

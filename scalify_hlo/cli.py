@@ -21,7 +21,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from .errors import ScalifyError, Span, UnsupportedError, UsageError
+from scalify_hlo.ir.errors import ScalifyError, Span, UnsupportedError, UsageError
 
 EXIT_UNKNOWN = 2
 EXIT_BAD_INPUT = 3
@@ -141,12 +141,11 @@ def diff(
 ) -> None:
     """Prove AFTER equivalent to BEFORE, or name the op and source line where they differ ('-': stdin)."""
     import scalify_hlo.parsers as parsers
-
-    from .api import unmodelled_report
-    from .egraph import Budget
-    from .engine import Options, verify
-    from .ir import Module
-    from .ranges import parse_assumption
+    from scalify_hlo.api import unmodelled_report
+    from scalify_hlo.ir.nodes import Module
+    from scalify_hlo.prove.egraph import Budget
+    from scalify_hlo.prove.engine import Options, verify
+    from scalify_hlo.terms.ranges import parse_assumption
 
     promised: dict[str, tuple[int, int]] = {}
     for text in assume or []:
@@ -172,7 +171,7 @@ def diff(
     finally:
         bar.close()
     if numeric:
-        from .oracle import with_numeric
+        from scalify_hlo.numeric.oracle import with_numeric
 
         report = with_numeric(report, sources[0], sources[1], seed)
     if json_out is not None:
@@ -191,9 +190,8 @@ def diff(
 def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO text file ('-': stdin)")]) -> None:
     """Summarise a program: ops, collectives, mesh, layouts of inputs and outputs."""
     import scalify_hlo.parsers as parsers
-
-    from .ir import Literal, walk
-    from .program import COLLECTIVES, prepare
+    from scalify_hlo.ir.nodes import Literal, walk
+    from scalify_hlo.layout.program import COLLECTIVES, prepare
 
     module = parsers.load(file)
     prog = prepare(module)
@@ -211,7 +209,7 @@ def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO tex
     typer.echo("ops: " + ", ".join(f"{k} {n}" for k, n in counts.most_common(12)))
     coll = [op for op in ops if op.opcode in COLLECTIVES]
     if coll:
-        from .mesh import axes_of_groups
+        from scalify_hlo.layout.mesh import axes_of_groups
 
         typer.echo("collectives:")
         for op in coll:
@@ -234,8 +232,8 @@ def passes(
     """Verify each consecutive pass pair of an XLA dump; name the first pass that breaks meaning."""
     import json
 
-    from .errors import ParseError
-    from .passes import check_dump, render
+    from scalify_hlo.ir.errors import ParseError
+    from scalify_hlo.passes import check_dump, render
 
     if not dump.is_dir():
         raise ParseError(Span(str(dump)), "not a directory; expected an XLA dump directory")
@@ -266,9 +264,8 @@ def audit(
 ) -> None:
     """Collectives with their mesh axes and bytes per device, per layer, and flags worth a look."""
     import scalify_hlo.parsers as parsers
-
-    from .audit import audit as run_audit
-    from .audit import plot as plot_audit
+    from scalify_hlo.audit import audit as run_audit
+    from scalify_hlo.audit import plot as plot_audit
 
     _check_output("--json", json_out)
     _check_output("--plot", plot)

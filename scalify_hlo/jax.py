@@ -19,9 +19,9 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .api import verify
-from .errors import UnsupportedError
-from .report import Report
+from scalify_hlo.api import verify
+from scalify_hlo.ir.errors import UnsupportedError
+from scalify_hlo.report.verdicts import Report
 
 
 def _structs(args: tuple[Any, ...]) -> Any:

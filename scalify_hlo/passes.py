@@ -19,14 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import scalify_hlo.parsers as parsers
-
-from .engine import Options
-from .engine import verify as verify_modules
-from .errors import ScalifyError
-from .inline import inline
-from .ir import Module
-from .program import form_of
-from .report import Report
+from scalify_hlo.ir.errors import ScalifyError
+from scalify_hlo.ir.inline import inline
+from scalify_hlo.ir.nodes import Module
+from scalify_hlo.layout.program import form_of
+from scalify_hlo.prove.engine import Options
+from scalify_hlo.prove.engine import verify as verify_modules
+from scalify_hlo.report.verdicts import Report
 
 _INDEXED = re.compile(r"^module_(\d+)\.(.+)\.(\d{4})\.(.+?)\.after_(.+?)(?:\.before_(.+?))?\.txt$")
 _FIRST = re.compile(r"^module_(\d+)\.(.+)\.before_optimizations\.txt$")

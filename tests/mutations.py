@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scalify_hlo.inline import inline
-from scalify_hlo.ir import Func, Literal, Module, Op, Region, Value
+from scalify_hlo.ir.inline import inline
+from scalify_hlo.ir.nodes import Func, Literal, Module, Op, Region, Value
 
 KINDS = ("replica_groups", "reducer", "drop_collective", "constant", "table", "swap_operands")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
@@ -140,7 +140,7 @@ def every_mutant_checked(before: Module, after: Module, verify: Callable[[Module
                          seeds: tuple[int, ...] = (0, 1)) -> dict[str, int]:
     """Every single-op mutation of `after` (each seed), verified; whatever is `equivalent` must agree with
     the numeric oracle on random inputs. Returns how many mutants got each verdict."""
-    from scalify_hlo import numeric
+    from scalify_hlo.numeric import machine as numeric
 
     seen: dict[str, int] = {}
     for kind in KINDS:

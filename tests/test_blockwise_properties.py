@@ -15,12 +15,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scalify_hlo.blockwise import Normaliser, equal
-from scalify_hlo.ir import DotDims, TensorType
-from scalify_hlo.pushing import push_slice, push_take
-from scalify_hlo.slicing import slice_of
-from scalify_hlo.termeval import evaluate
-from scalify_hlo.terms import Term, Terms
+from scalify_hlo.ir.nodes import DotDims, TensorType
+from scalify_hlo.terms.blockwise import Normaliser, equal
+from scalify_hlo.terms.evaluate import evaluate
+from scalify_hlo.terms.pushing import push_slice, push_take
+from scalify_hlo.terms.slicing import slice_of
+from scalify_hlo.terms.table import Terms
+from scalify_hlo.terms.term import Term
 
 F32 = "f32"
 

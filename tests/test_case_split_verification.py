@@ -14,9 +14,9 @@ from conftest import fixtures
 from mutations import every_mutant_checked
 
 from scalify_hlo import parsers
-from scalify_hlo.engine import verify
-from scalify_hlo.ir import DotDims, Literal, TensorType
-from scalify_hlo.terms import Terms
+from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
+from scalify_hlo.prove.engine import verify
+from scalify_hlo.terms.table import Terms
 
 BY_NAME = {f.name: f for f in fixtures()}
 
@@ -45,7 +45,7 @@ def test_wrong_pairs_blames_the_permute_that_sends_nothing_forward() -> None:
 
 
 def _slice(terms: Terms, x, lo: tuple[int, ...], hi: tuple[int, ...]):  # type: ignore[no-untyped-def]
-    from scalify_hlo.slicing import slice_of
+    from scalify_hlo.terms.slicing import slice_of
 
     return slice_of(terms, x, lo, hi)
 

@@ -63,7 +63,7 @@ def test_show_prints_mesh_and_layouts() -> None:
 
 def test_json_report_is_strict_json_when_a_counterexample_is_nan() -> None:
     """A NaN/inf in a counterexample (a pass that produces NaN) must not make the JSON unparsable."""
-    from scalify_hlo.report import Counterexample, Discrepancy, Finding, Report
+    from scalify_hlo.report.verdicts import Counterexample, Discrepancy, Finding, Report
 
     cex = Counterexample(0, (0, 1), 30.9, float("nan"), float("inf"))
     report = Report(Discrepancy((Finding("differs", counterexample=cex),)), "b.mlir", "a.hlo")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from conftest import fixtures
 
-from scalify_hlo.engine import Options, verify
+from scalify_hlo.prove.engine import Options, verify
 
 BUGS = {f.name: f for f in fixtures() if f.expected["verdict"] == "discrepancy"}
 # Bugs that leave a value partial where a whole one is needed: found without running anything.

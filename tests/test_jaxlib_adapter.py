@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from scalify_hlo import _jaxlib
-from scalify_hlo.errors import ScalifyError
+from scalify_hlo.ir import _jaxlib
+from scalify_hlo.ir.errors import ScalifyError
 
 CACHED = (_jaxlib._hlo_module_from_text, _jaxlib._hlo_to_stablehlo, _jaxlib.hlo_sharding_class,
           _jaxlib._context_maker)

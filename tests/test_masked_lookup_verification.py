@@ -13,9 +13,10 @@ import pytest
 from conftest import Fixture, fixtures
 from mutations import every_mutant_checked
 
-from scalify_hlo import parsers, ranges
-from scalify_hlo.engine import Options, verify
-from scalify_hlo.terms import Terms
+from scalify_hlo import parsers
+from scalify_hlo.prove.engine import Options, verify
+from scalify_hlo.terms import ranges
+from scalify_hlo.terms.table import Terms
 
 BY_NAME = {f.name: f for f in fixtures()}
 
@@ -66,7 +67,7 @@ def test_json_report_states_the_assumption() -> None:
 
 def test_interval_decides_the_index_wrap() -> None:
     """`where(ids < 0, ids + n, ids)` is `ids` once ids are known non-negative; not before."""
-    from scalify_hlo.ir import Literal, TensorType
+    from scalify_hlo.ir.nodes import Literal, TensorType
 
     t = TensorType((4,), "i32")
     for assume, folded in (({}, False), ({"ids": (0, 31)}, True)):

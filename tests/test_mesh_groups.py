@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scalify_hlo.errors import ShardingError
-from scalify_hlo.mesh import (
+from scalify_hlo.ir.errors import ShardingError
+from scalify_hlo.layout.mesh import (
     Mesh,
     axes_of_groups,
     canonical_groups,

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scalify_hlo.errors import ShardingError
-from scalify_hlo.mesh import (
+from scalify_hlo.ir.errors import ShardingError
+from scalify_hlo.layout.mesh import (
     Layout,
     Mesh,
     Reducer,
@@ -21,7 +21,7 @@ from scalify_hlo.mesh import (
     split_axis_name,
     sub_axis_name,
 )
-from scalify_hlo.sharding import (
+from scalify_hlo.layout.sharding import (
     DeviceArray,
     Manual,
     Maximal,

@@ -15,10 +15,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from scalify_hlo import _jaxlib
-from scalify_hlo.errors import ShardingError
-from scalify_hlo.mesh import Layout, Mesh, Reducer, infer_mesh
-from scalify_hlo.sharding import (
+from scalify_hlo.ir import _jaxlib
+from scalify_hlo.ir.errors import ShardingError
+from scalify_hlo.layout.mesh import Layout, Mesh, Reducer, infer_mesh
+from scalify_hlo.layout.sharding import (
     DeviceArray,
     Manual,
     Maximal,
@@ -124,7 +124,7 @@ def test_garbage_raises_sharding_error_never_aborts(text: str) -> None:
 
 
 def test_error_carries_span() -> None:
-    from scalify_hlo.errors import Span
+    from scalify_hlo.ir.errors import Span
     span = Span("after.hlo", 12, 40, "%p = f32[8] parameter(0), sharding={garbage")
     with pytest.raises(ShardingError) as info:
         parse_gspmd("{garbage", span)

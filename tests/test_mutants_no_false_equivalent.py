@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mutations import KINDS, mutate, sites
 
-from scalify_hlo import numeric, parsers
-from scalify_hlo.engine import verify
-from scalify_hlo.ir import Module
+from scalify_hlo import parsers
+from scalify_hlo.ir.nodes import Module
+from scalify_hlo.numeric import machine as numeric
+from scalify_hlo.prove.engine import verify
 
 POOL = ["megatron_mlp_shardy", "megatron_mlp_gspmd", "megatron_mlp_shard_map", "rmsnorm_shard_map",
         "vocab_softmax_shard_map", "loss_dp_shard_map", "rope_sp_shard_map", "llama_block_shardy",

@@ -23,9 +23,9 @@ from jax.sharding import PartitionSpec as P
 from mutations import every_mutant_checked
 
 from scalify_hlo import parsers
-from scalify_hlo.engine import verify
-from scalify_hlo.ir import Module
-from scalify_hlo.report import Report
+from scalify_hlo.ir.nodes import Module
+from scalify_hlo.prove.engine import verify
+from scalify_hlo.report.verdicts import Report
 
 sys.path.insert(0, str(REPO / "tools"))
 from programs import nested_loops

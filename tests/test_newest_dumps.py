@@ -17,9 +17,10 @@ import pytest
 from scalify_hlo.parsers.hlo import expand_tuple_access
 
 import scalify_hlo
-from scalify_hlo import _jaxlib, parsers
-from scalify_hlo.errors import ParseError
-from scalify_hlo.ir import walk
+from scalify_hlo import parsers
+from scalify_hlo.ir import _jaxlib
+from scalify_hlo.ir.errors import ParseError
+from scalify_hlo.ir.nodes import walk
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures_newest" / "fori_tuple_access"
 TUPLE_ACCESS = re.compile(r"%[\w.-]+#\d")

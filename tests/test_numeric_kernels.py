@@ -25,9 +25,9 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from jax import lax  # noqa: E402
 
-from scalify_hlo import numeric as N  # noqa: E402
 from scalify_hlo import parsers  # noqa: E402
-from scalify_hlo.mesh import Layout, Mesh, Reducer  # noqa: E402
+from scalify_hlo.layout.mesh import Layout, Mesh, Reducer  # noqa: E402
+from scalify_hlo.numeric import machine as N  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
@@ -140,7 +140,7 @@ def test_kernels_match_xla(name: str) -> None:
 
 
 def test_every_kernel_is_registered_alphabetically() -> None:
-    from scalify_hlo.kernels import KERNELS
+    from scalify_hlo.numeric.kernels import KERNELS
 
     assert list(KERNELS) == sorted(KERNELS)
     assert {"add", "dot_general", "all_reduce", "while", "scatter", "manual_computation"} <= set(KERNELS)

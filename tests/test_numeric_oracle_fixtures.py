@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from conftest import Fixture, fixtures
 
-from scalify_hlo import numeric, parsers
+from scalify_hlo import parsers
+from scalify_hlo.numeric import machine as numeric
 
 FIXTURES = fixtures()
 

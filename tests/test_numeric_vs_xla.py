@@ -30,10 +30,10 @@ from jax import lax  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from scalify_hlo import numeric as N  # noqa: E402
 from scalify_hlo import parsers  # noqa: E402
-from scalify_hlo.ir import Module  # noqa: E402
-from scalify_hlo.mesh import Layout, Mesh  # noqa: E402
+from scalify_hlo.ir.nodes import Module  # noqa: E402
+from scalify_hlo.layout.mesh import Layout, Mesh  # noqa: E402
+from scalify_hlo.numeric import machine as N  # noqa: E402
 
 MESH = Mesh((("dp", 2), ("tp", 4)))
 RTOL, ATOL = 1e-4, 1e-5
@@ -165,7 +165,7 @@ def test_spmd_broken_collective_is_caught(spmd: dict[str, Any]) -> None:
     """The oracle is not vacuous: one all-reduce made to skip its partners changes the outputs."""
     import dataclasses
 
-    from scalify_hlo.ir import Func, Region
+    from scalify_hlo.ir.nodes import Func, Region
 
     after: Module = spmd["after"]
     main = after.main

@@ -1,4 +1,4 @@
-"""Ring attention's online softmax: blockwise reductions in one normal form (`scalify_hlo.blockwise`).
+"""Ring attention's online softmax: blockwise reductions in one normal form (`scalify_hlo.terms.blockwise`).
 
 The unrolled ring (K/V blocks rotated with ppermute, running max, rescaled denominator and output) is
 proven equal to one softmax over all keys; no single-op mutant is proven equivalent where the numeric
@@ -12,12 +12,13 @@ from conftest import fixtures
 from mutations import every_mutant_checked
 
 from scalify_hlo import parsers
-from scalify_hlo.blockwise import Normaliser, equal
-from scalify_hlo.engine import verify
-from scalify_hlo.ir import DotDims, Literal, TensorType
-from scalify_hlo.pushing import push_slice
-from scalify_hlo.slicing import slice_of
-from scalify_hlo.terms import Term, Terms
+from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
+from scalify_hlo.prove.engine import verify
+from scalify_hlo.terms.blockwise import Normaliser, equal
+from scalify_hlo.terms.pushing import push_slice
+from scalify_hlo.terms.slicing import slice_of
+from scalify_hlo.terms.table import Terms
+from scalify_hlo.terms.term import Term
 
 BY_NAME = {f.name: f for f in fixtures()}
 F32 = "f32"

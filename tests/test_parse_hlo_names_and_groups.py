@@ -8,7 +8,7 @@ import pytest
 from conftest import FIXTURES
 
 from scalify_hlo import parsers
-from scalify_hlo.ir import walk
+from scalify_hlo.ir.nodes import walk
 
 HLO = """HloModule m, num_partitions=8
 
@@ -57,7 +57,7 @@ def test_instruction_names_and_dump_lines() -> None:
 
 
 def test_async_collectives_are_inlined() -> None:
-    from scalify_hlo.inline import inline
+    from scalify_hlo.ir.inline import inline
 
     hlo = HLO.replace("ROOT %ar = f32[4,8]{{1,0}} all-reduce(%p)", "%ars = f32[4,8]{{1,0}} all-reduce-start(%p)")
     hlo = hlo.replace("to_apply=%add\n}}", "to_apply=%add\n  ROOT %ard = f32[4,8]{{1,0}} all-reduce-done(%ars)\n}}")

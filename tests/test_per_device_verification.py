@@ -1,4 +1,4 @@
-"""Case analysis per device (`scalify_hlo.per_device`) and the block comparison it ends in.
+"""Case analysis per device (`scalify_hlo.prove.per_device`) and the block comparison it ends in.
 
 A mixture of experts routes each device's own tokens as one group and swaps expert slots with all_to_all:
 no layout describes the per-group values, so the body is derived once per device and the output is
@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 from conftest import fixtures
 from mutations import every_mutant_checked
+from scalify_hlo.rules.facts import Fact
 
 from scalify_hlo import parsers
-from scalify_hlo.engine import Options, verify
-from scalify_hlo.facts import Fact
-from scalify_hlo.ir import DotDims, TensorType
-from scalify_hlo.pushing import push_take
-from scalify_hlo.termeval import evaluate
-from scalify_hlo.terms import Terms
+from scalify_hlo.ir.nodes import DotDims, TensorType
+from scalify_hlo.prove.engine import Options, verify
+from scalify_hlo.terms.evaluate import evaluate
+from scalify_hlo.terms.pushing import push_take
+from scalify_hlo.terms.table import Terms
 
 BY_NAME = {f.name: f for f in fixtures()}
 
@@ -81,7 +81,7 @@ def test_per_device_derivation_agrees_with_the_ordinary_one(monkeypatch: pytest.
     """Forced on every shard_map fixture (the one-pass result treated as unknown), the per-device case
     split never reaches another definite verdict, and names the same line for each bug it finds: its
     all-reduce, all-gather and permute semantics are checked against programs proven the ordinary way."""
-    from scalify_hlo import derive
+    from scalify_hlo.prove import derive
 
     real = derive._open
     agree = 0

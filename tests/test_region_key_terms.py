@@ -3,8 +3,8 @@ other roles: a loop term keyed by it must not make two different loops one term.
 
 from __future__ import annotations
 
-from scalify_hlo.ir import Op, Region, TensorType, Value
-from scalify_hlo.semantics import region_key
+from scalify_hlo.ir.nodes import Op, Region, TensorType, Value
+from scalify_hlo.ops.attrs import region_key
 
 F32 = TensorType((4,), "f32")
 

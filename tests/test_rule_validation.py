@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scalify_hlo.parsers.stablehlo import numpy_dtype
 from scalify_hlo.rules import algebra
 
-from scalify_hlo.ir import Literal, TensorType
-from scalify_hlo.termeval import evaluate
-from scalify_hlo.terms import Term, Terms
+from scalify_hlo.ir.dtypes import numpy_dtype
+from scalify_hlo.ir.nodes import Literal, TensorType
+from scalify_hlo.terms.evaluate import evaluate
+from scalify_hlo.terms.table import Terms
+from scalify_hlo.terms.term import Term
 
 INT_DTYPES = ["i8", "i16", "i32", "i64", "ui8", "ui32", "ui64"]
 FLOAT_DTYPES = ["f16", "bf16", "f32", "f64"]

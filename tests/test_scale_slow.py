@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from scalify_hlo.engine import verify
+from scalify_hlo.prove.engine import verify
 
 sys.path.insert(0, str(REPO / "tools"))
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from conftest import Fixture, fixtures
 
-from scalify_hlo.engine import Options, verify
+from scalify_hlo.prove.engine import Options, verify
 
 FIXTURES = fixtures()
 

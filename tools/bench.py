@@ -12,7 +12,7 @@
 For every case: the pair's generation cost (``tools/bench_programs.py``, cached under ``out/bench/<key>/``,
 reported separately), the parse floor measured in this run on the same files (XLA's HLO text parser, XLA's
 HLO→StableHLO converter, and MLIR parsing of before.mlir and of the converted after module), then
-``scalify_hlo.engine.verify()`` in a fresh subprocess (its own peak RSS), with its verdict, wall time, stage
+``scalify_hlo.prove.engine.verify()`` in a fresh subprocess (its own peak RSS), with its verdict, wall time, stage
 timings, and the ratio wall / parse floor. Imports (jax, MLIR dialects) are paid before either clock starts.
 Writes ``BENCH.md`` at the repo root and ``out/bench/results.json``; both describe the cases of this run only
 (``--only``/``--quick`` replace a full table).
@@ -117,7 +117,7 @@ def _warm_imports() -> dict[str, Any]:
     from jax.extend.mlir.dialects import chlo, func, sdy, stablehlo  # noqa: F401  (dialect registration)
     from jaxlib.mlir.dialects import mhlo  # noqa: F401
 
-    import scalify_hlo.engine  # noqa: F401
+    import scalify_hlo.prove.engine  # noqa: F401
 
     with jax_mlir.make_ir_context():
         pass
@@ -163,7 +163,7 @@ def _count_ops(op: Any) -> int:
 
 
 def _verify(before: str, after: str) -> dict[str, Any]:
-    from scalify_hlo.engine import verify
+    from scalify_hlo.prove.engine import verify
 
     t0 = time.perf_counter()
     report = verify(before, after)

@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from scalify_hlo.engine import Options, verify
+from scalify_hlo.prove.engine import Options, verify
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"

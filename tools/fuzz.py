@@ -76,7 +76,7 @@ if str(TOOLS) not in sys.path:
 import fuzz_programs  # noqa: E402
 
 import scalify_hlo  # noqa: E402
-from scalify_hlo.errors import ScalifyError  # noqa: E402
+from scalify_hlo.ir.errors import ScalifyError  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
 TRUTH_SEEDS = 3

@@ -1,0 +1,195 @@
+"""What the prover knows about one after-program value: the `Holds` relation and its companions.
+
+`Holds(term, layout)` on an after-value `v` means: on every device `c`, `v[c]` is the shard at `c` of the
+global tensor `term` under `layout` (DESIGN §3). `Varying` is a small integer-like value that depends only
+on the device (shard offsets computed from `partition-id`, constant tables indexed by it), kept as one
+vectorised row per device. `Failed` is a value about which nothing can be said, with the reason; it is
+*evidence* of a discrepancy when layouts contradict each other, and only `unknown` otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+
+from scalify_hlo.ir.errors import ShardingError
+from scalify_hlo.ir.nodes import Literal, Op, TensorType
+from scalify_hlo.layout.mesh import Layout, Mesh
+from scalify_hlo.terms.table import Terms
+from scalify_hlo.terms.term import Term
+
+
+@dataclass(frozen=True, slots=True)
+class Holds:
+    term: Term
+    layout: Layout
+    origin: Op | None = None  # the after-op that made the value partial: where a collective is missing
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Varying:
+    """`values[c]` is the local value on device `c` (values has shape [devices, *local shape])."""
+
+    values: np.ndarray
+    type: TensorType
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    reason: str
+    op: Op | None
+    evidence: bool  # True: layouts contradict (a discrepancy); False: unsupported, so `unknown`
+    upstream: bool = False  # propagated from an operand rather than failing here
+    origin: Op | None = None  # for partial values consumed wrongly: the op that made them partial
+    expected: str | None = None
+    found: str | None = None
+    # The contradiction is a value still partial where a whole one is needed: a definite fact about the
+    # program (no layout left unrecognised), so a case can be built at the op when the program is too big
+    # to run.
+    partial: bool = False
+
+
+def upstream(f: Failed, op: Op) -> Failed:
+    """`f` carried on through `op`, which consumes the value that failed (the failure stays `f`'s)."""
+    return dataclasses.replace(f, op=op, upstream=True)
+
+
+@dataclass(frozen=True, slots=True)
+class TupleFact:
+    elements: tuple[Fact, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Window:
+    """Per device `c`, the half-open range `[lo[c], hi[c])` of a base tensor's values."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+
+    def __and__(self, other: Window) -> Window:
+        return Window(np.maximum(self.lo, other.lo), np.minimum(self.hi, other.hi))
+
+    def within(self, other: Window) -> bool:
+        """Every device's range lies inside `other`'s (empty ranges lie anywhere)."""
+        empty = self.lo >= self.hi
+        return bool(np.all(empty | ((self.lo >= other.lo) & (self.hi <= other.hi))))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Shifted:
+    """An index shifted per device (`ids - axis_index * v_local`): on device `c`, `base[c] + shift[c]` at
+    the positions where `base[c]` lies in `window`, and at the others a value in `outside`'s inclusive
+    per-device bounds (None: any value)."""
+
+    base: Holds
+    shift: np.ndarray
+    window: Window | None
+    outside: tuple[np.ndarray, np.ndarray] | None
+    origin: Op | None  # the op that computed the shift (where a wrong offset is made)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class InWindow:
+    """A mask: on device `c`, whether `base[c]` lies in `window` (or outside it, when `negated`)."""
+
+    base: Holds
+    window: Window
+    negated: bool = False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Lookup:
+    """A gather from a table split along the gathered dim over `axes`: on device `c`, the shard of `value`
+    where the index `base[c]` lies in `window` (the rows that device holds), rows of its own shard elsewhere."""
+
+    value: Holds
+    base: Holds
+    window: Window
+    axes: tuple[str, ...]
+    origin: Op
+
+
+Masked: TypeAlias = Shifted | InWindow | Lookup
+Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked
+
+
+def view(term: Term, have: Layout, want: tuple[tuple[str, ...], ...], mesh: Mesh, terms: Terms) -> Term | None:
+    """`term` (held under `have`) seen as the global tensor held under the more split dims `want`.
+
+    A value replicated over axes `A` is, on every device, the shard of the tensor made of `n_A` copies
+    of it (`tile`). That is only the same layout when the added axes are *major* to the axes the dim is
+    already split over, and not already used by `have` (split or partial).
+    """
+    used = have.split_axes() | have.partial_axes()
+    for d, (h, w) in enumerate(zip(have.dims, want, strict=True)):
+        if h == w:
+            continue
+        extra = w[: len(w) - len(h)]
+        if w[len(w) - len(h):] != h or any(a in used for a in extra):
+            return None
+        term = terms.tile(term, d, mesh.size_of(extra))
+    return term
+
+
+def join(layouts: list[Layout]) -> Layout | None:
+    """The most split layout every operand layout can be viewed as (per dim: the others are suffixes)."""
+    if not layouts:
+        return None
+    rank = layouts[0].rank
+    dims = []
+    for d in range(rank):
+        best = max((lay.dims[d] for lay in layouts), key=len)
+        if any(best[len(best) - len(lay.dims[d]):] != lay.dims[d] for lay in layouts):
+            return None
+        dims.append(best)
+    partials = {lay.partial for lay in layouts if lay.partial}
+    partial = next(iter(partials)) if len(partials) == 1 else ()
+    if len(partials) > 1:
+        return None
+    try:
+        return Layout(tuple(dims), partial)
+    except ShardingError:
+        return None  # the operands use one axis on different dims: their shards do not line up
+
+
+def constant_term(values: np.ndarray, type: TensorType, terms: Terms) -> Term:
+    """A term for a small constant tensor; an iota when it is one (GSPMD materialises offsets)."""
+    if type.rank >= 1 and values.size > 1:
+        for d in range(type.rank):
+            iota = np.broadcast_to(
+                np.arange(type.shape[d]).reshape([-1 if i == d else 1 for i in range(type.rank)]), type.shape)
+            if np.array_equal(values, iota):
+                return terms.iota(d, type)
+    return terms.constant(Literal(np.ascontiguousarray(values), type.dtype), type)
+
+
+@dataclass(eq=False)
+class Ctx:
+    """What a transfer rule may use besides its operands' facts."""
+
+    terms: Terms
+    mesh: Mesh
+    fold: Callable[[Term], np.ndarray | None]  # the value of a small constant term, else None
+    lift: Callable[[Varying], Fact]  # a device-varying value as a Holds fact, or Failed
+    varying: Callable[[Op, tuple[Fact, ...]], Fact | None]  # evaluate index arithmetic per device
+    known: Callable[[Term], int] = lambda t: 0  # 2: the reference computes this term, 1: a like one
+    source: Callable[[Varying], Op | None] = lambda v: None  # the op that computed a device-varying value
+
+    def fail(self, op: Op, reason: str, *, evidence: bool, origin: Op | None = None,
+             expected: str | None = None, found: str | None = None, partial: bool = False) -> Failed:
+        return Failed(reason, op, evidence, False, origin, expected, found, partial)
+
+    def unsupported(self, op: Op, what: str) -> Failed:
+        return Failed(f"{op.opcode}: {what}", op, False)
+
+    def describe(self, layout: Layout) -> str:
+        return layout.describe(self.mesh)
+
+
+def global_type(t: TensorType, layout: Layout, mesh: Mesh) -> TensorType:
+    """The global type of a local value of type `t` under `layout` (even splits)."""
+    return TensorType(tuple(n * mesh.size_of(d) for n, d in zip(t.shape, layout.dims, strict=True)), t.dtype)

@@ -1,0 +1,657 @@
+"""Device meshes and layouts: one model for every device list a module mentions.
+
+A `Mesh` names the axes of the device grid and fixes which device sits at each mesh position. Every device
+list of a module (tile assignments, replica groups, permute pairs, partition-id tables) is read as a
+function of mesh coordinates, so the prover reasons about axes, never about individual devices.
+
+The one idea behind all of it: a device array *factors through* a mesh when it is the mesh's device grid
+with its axes permuted and consecutive axes merged into the array's dimensions. Working on mesh positions
+(not device ids), such an array is `iota.reshape(r).transpose(p).reshape(shape)`; its "digits" (size,
+position stride) are recovered with a few vectorised NumPy passes per array dimension, so the cost does
+not grow with the number of devices beyond a linear NumPy scan. Inference (`infer_mesh`) collects the
+strides at which arrays cut the position space and refines mesh axes into Shardy-style sub-axes
+(`tp:(1)2`, `tp:(2)2`: pre-size, size; the pre-size-1 part is the major one).
+
+Sharding values, their parsing and `layout_of` live in `sharding.py`; this module holds meshes, layouts
+and the device algebra (inference, Shardy sub-axis names, replica groups, permute pairs, partition-id
+tables).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from scalify_hlo.ir.errors import ShardingError, Span, UnmodelledShardingError
+from scalify_hlo.ops.reducers import Reducer
+
+IntArray: TypeAlias = npt.NDArray[np.int64]
+Digit: TypeAlias = tuple[int, int]  # (size, stride in mesh positions)
+
+
+def sub_axis_name(base: str, pre_size: int, size: int) -> str:
+    """Shardy's name for the part of axis `base` of `size` whose more-major parts multiply to `pre_size`."""
+    return f"{base}:({pre_size}){size}"
+
+
+def split_axis_name(name: str) -> tuple[str, int, int | None]:
+    """(base, pre-size, size) of an axis name; size is None for a whole axis (its size is the mesh's)."""
+    base, sep, rest = name.rpartition(":(")
+    pre, close, size = rest.partition(")")
+    if sep and close and pre.isdigit() and size.isdigit():
+        return base, int(pre), int(size)
+    return name, 1, None
+
+
+def preview_devices(arr: npt.ArrayLike, limit: int = 12) -> str:
+    """A short rendering of a device array for messages: shape and the first ids."""
+    a = np.asarray(arr)
+    flat = a.ravel()[:limit].tolist()
+    more = ", ..." if a.size > limit else ""
+    return f"shape {list(a.shape)} [{', '.join(map(str, flat))}{more}]"
+
+
+def preview_groups(groups: npt.ArrayLike, limit: int = 4, members: int = 16) -> str:
+    """Replica groups as HLO prints them, `{{0,1},{2,3}}` (the -1 padding of uneven groups dropped), the
+    first `limit` groups of at most `members` ids each: what the user finds in the file."""
+    g = np.asarray(groups, dtype=np.int64)
+    rows = g.reshape(g.shape[0], -1) if g.ndim >= 1 and g.size else np.zeros((0, 0), dtype=np.int64)
+    out = []
+    for row in rows[:limit]:
+        ids = [int(x) for x in row if x >= 0]
+        out.append("{" + ",".join(map(str, ids[:members])) + (",..." if len(ids) > members else "") + "}")
+    return "{" + ",".join(out) + (",..." if len(rows) > limit else "") + "}"
+
+
+def is_partition(groups: npt.ArrayLike, num_devices: int) -> bool:
+    """Whether the ids of `groups` (-1 entries are the padding of uneven groups) name every device of
+    0..num_devices-1 exactly once: what XLA's verifier requires of replica groups."""
+    g = np.asarray(groups, dtype=np.int64).ravel()
+    ids = g[g >= 0]
+    return ids.size == num_devices and bool(np.array_equal(np.sort(ids), np.arange(num_devices)))
+
+
+@dataclass(frozen=True, slots=True)
+class Mesh:
+    """Named axes (major → minor) and the device id at each row-major mesh position (None = iota)."""
+
+    axes: tuple[tuple[str, int], ...]
+    device_ids: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        axes = tuple((str(n), int(s)) for n, s in self.axes)
+        object.__setattr__(self, "axes", axes)
+        names = [n for n, _ in axes]
+        if len(set(names)) != len(names) or any(s < 1 for _, s in axes):
+            raise ShardingError(None, f"mesh {self.describe()}: expected distinct axis names and sizes >= 1")
+        if self.device_ids is None:
+            return
+        ids = np.asarray(self.device_ids, dtype=np.int64).ravel()
+        if ids.size != self.size or (ids.size and (ids.min() < 0 or np.unique(ids).size != ids.size)):
+            raise ShardingError(
+                None, f"mesh {self.describe()}: expected {self.size} distinct non-negative device ids, "
+                f"got {preview_devices(ids)}")
+        # Normalise so that equal meshes compare equal whichever way the iota order was spelled.
+        object.__setattr__(self, "device_ids", None if np.array_equal(ids, np.arange(ids.size)) else
+                           tuple(ids.tolist()))
+
+    @property
+    def size(self) -> int:
+        return math.prod(s for _, s in self.axes)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.axes)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(s for _, s in self.axes)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Per axis, the step in mesh position (row-major) between neighbours along it."""
+        return tuple(math.prod(self.shape[i + 1:]) for i in range(len(self.axes)))
+
+    def axis_index(self, name: str) -> int:
+        for i, (n, _) in enumerate(self.axes):
+            if n == name:
+                return i
+        raise ShardingError(None, f"axis {name!r} is not in mesh {self.describe()}; expected one of "
+                            f"{', '.join(self.names) or '(no axes)'}")
+
+    def axis_size(self, name: str) -> int:
+        return self.axes[self.axis_index(name)][1]
+
+    def size_of(self, axes: Iterable[str]) -> int:
+        return math.prod(self.axis_size(a) for a in axes)
+
+    def device_array(self) -> IntArray:
+        """The device id at every mesh position, shaped like the mesh (read-only)."""
+        return _device_grid(self)
+
+    def positions(self, devices: npt.ArrayLike) -> IntArray:
+        """Row-major mesh position of each device id (same shape as `devices`)."""
+        d = np.asarray(devices, dtype=np.int64)
+        inv = _inverse(self)
+        bad = (d < 0) | (d >= inv.size)
+        pos = inv[np.where(bad, 0, d)]
+        if bad.any() or (pos < 0).any():
+            raise ShardingError(None, f"device list {preview_devices(d)} names devices outside mesh "
+                                f"{self.describe()}")
+        return pos
+
+    def coords(self, devices: npt.ArrayLike) -> IntArray:
+        """Mesh coordinates of each device: shape `devices.shape + (len(axes),)`."""
+        pos = self.positions(devices)
+        if not self.axes:
+            return np.zeros((*pos.shape, 0), dtype=np.int64)
+        return np.stack(np.unravel_index(pos, self.shape), axis=-1).astype(np.int64)
+
+    def linear_index(self, coords_or_devices: npt.ArrayLike, axes: Sequence[str], *,
+                     devices: bool = False) -> IntArray:
+        """Mixed-radix index over `axes` (first = major). Input is coords (last dim = mesh axes) unless
+        `devices=True`, in which case it is device ids (an int array cannot say which it is)."""
+        c = self.coords(coords_or_devices) if devices else np.asarray(coords_or_devices, dtype=np.int64)
+        if c.ndim == 0 or c.shape[-1] != len(self.axes):
+            raise ShardingError(None, f"coordinates of shape {list(c.shape)}: expected a last dim of "
+                                f"{len(self.axes)} for mesh {self.describe()} (devices=True for device ids)")
+        out = np.zeros(c.shape[:-1], dtype=np.int64)
+        for a in axes:
+            out = out * self.axis_size(a) + c[..., self.axis_index(a)]
+        return out
+
+    def describe(self) -> str:
+        text = "[" + ", ".join(f'"{n}"={s}' for n, s in self.axes) + "]"
+        if self.device_ids is not None:
+            ids = ", ".join(map(str, self.device_ids[:16])) + (", ..." if len(self.device_ids) > 16 else "")
+            text += f", device_ids=[{ids}]"
+        return text
+
+    def base_sizes(self) -> dict[str, int]:
+        """Full size of every original axis, sub-axes multiplied back together."""
+        out: dict[str, int] = {}
+        for n, s in self.axes:
+            base = split_axis_name(n)[0]
+            out[base] = out.get(base, 1) * s
+        return out
+
+    def pieces(self, base: str) -> list[tuple[str, int, int]]:
+        """(name, pre-size, size) of the mesh axes that make up original axis `base`, major first."""
+        return [(n, split_axis_name(n)[1], s) for n, s in self.axes if split_axis_name(n)[0] == base]
+
+
+@functools.lru_cache(maxsize=256)
+def _inverse(mesh: Mesh) -> IntArray:
+    if mesh.device_ids is None:
+        inv = np.arange(mesh.size, dtype=np.int64)
+    else:
+        ids = np.asarray(mesh.device_ids, dtype=np.int64)
+        inv = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+        inv[ids] = np.arange(ids.size)
+    inv.setflags(write=False)
+    return inv
+
+
+@functools.lru_cache(maxsize=256)
+def _device_grid(mesh: Mesh) -> IntArray:
+    ids = np.arange(mesh.size) if mesh.device_ids is None else np.asarray(mesh.device_ids)
+    grid = ids.astype(np.int64).reshape(mesh.shape)
+    grid.setflags(write=False)
+    return grid
+
+
+def _render_axes(names: Sequence[str], mesh: Mesh | None) -> list[str]:
+    parts: list[tuple[str, int, int | None]] = []
+    for n in names:
+        base, pre, size = split_axis_name(n)
+        if mesh is not None and size is None and n in mesh.names:
+            size = mesh.axis_size(n)
+        prev = parts[-1] if parts else None
+        # Consecutive parts of one axis read as one (sub-)axis: what the user wrote, not how it was refined.
+        if mesh is not None and prev and prev[0] == base and prev[2] and size and prev[1] * prev[2] == pre:
+            parts[-1] = (base, prev[1], prev[2] * size)
+        else:
+            parts.append((base, pre, size))
+    full = mesh.base_sizes() if mesh is not None else {}
+    return [f'"{b}"' if s is None or (p == 1 and s == full.get(b)) else f'"{b}":({p}){s}'
+            for b, p, s in parts]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How a global tensor lives on devices: per dim the mesh axes splitting it (major → minor), the axes
+    still to be combined with a reducer (sorted by name); every other mesh axis is replicated."""
+
+    dims: tuple[tuple[str, ...], ...]
+    partial: tuple[tuple[str, Reducer], ...] = ()
+
+    def __post_init__(self) -> None:
+        # (Built tens of thousands of times per program: normalise only what is not normal yet.)
+        dims = self.dims
+        if type(dims) is not tuple or any(type(d) is not tuple for d in dims):
+            object.__setattr__(self, "dims", dims := tuple(tuple(d) for d in dims))
+        partial = self.partial
+        if type(partial) is not tuple or len(partial) > 1:
+            object.__setattr__(self, "partial", partial := tuple(sorted(partial, key=lambda p: p[0])))
+        used = [a for d in dims for a in d]
+        used += [a for a, _ in partial]
+        if len(used) > 1 and len(set(used)) != len(used):
+            raise ShardingError(None, f"layout {self.describe()} uses a mesh axis twice; expected each axis "
+                                "at most once across the dims and the partial set")
+
+    @staticmethod
+    def replicated(rank: int) -> Layout:
+        return Layout(((),) * rank)
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def is_resolved(self) -> bool:
+        return not self.partial
+
+    def split_axes(self) -> frozenset[str]:
+        return frozenset(a for d in self.dims for a in d)
+
+    def partial_axes(self) -> frozenset[str]:
+        return frozenset(a for a, _ in self.partial)
+
+    def local_shape(self, global_shape: Sequence[int], mesh: Mesh) -> tuple[int, ...]:
+        """Per-device shape; uneven splits round up (the last shards carry padding)."""
+        if len(global_shape) != self.rank:
+            raise ShardingError(None, f"layout {self.describe(mesh)} has rank {self.rank}, "
+                                f"expected a shape of that rank, got {list(global_shape)}")
+        return tuple(-(-int(n) // mesh.size_of(d)) for n, d in zip(global_shape, self.dims, strict=True))
+
+    def with_partial(self, axes: Iterable[str], reducer: Reducer) -> Layout:
+        current = dict(self.partial)
+        for a in axes:
+            if current.get(a, reducer) is not reducer:
+                raise ShardingError(None, f"layout {self.describe()}: axis {a!r} is already partial "
+                                    f"({current[a].value}), expected no reducer or {reducer.value}")
+            current[a] = reducer
+        return Layout(self.dims, tuple(current.items()))
+
+    def without_partial(self, axes: Iterable[str]) -> Layout:
+        drop = set(axes)
+        return Layout(self.dims, tuple(p for p in self.partial if p[0] not in drop))
+
+    def describe(self, mesh: Mesh | None = None) -> str:
+        text = "[" + ", ".join("{" + ", ".join(_render_axes(d, mesh)) + "}" for d in self.dims) + "]"
+        if not self.partial:
+            return text
+        rendered: list[str] = []
+        for reducer in dict.fromkeys(r for _, r in self.partial):
+            axes = [a for a, r in self.partial if r is reducer]
+            if mesh is not None:  # in mesh order, so that the parts of one axis merge back into it
+                axes.sort(key=lambda a: mesh.axis_index(a) if a in mesh.names else len(mesh.axes))
+            rendered += [f"{a}:{reducer.value}" for a in _render_axes(axes, mesh)]
+        return text + " partial{" + ", ".join(rendered) + "}"
+
+
+# ------------------------------------------------------------------------------------ device-array algebra
+
+def _digits(pos: IntArray) -> tuple[tuple[Digit, ...], ...] | None:
+    """Per dim of `pos` (mesh positions), its digits (size, position stride), major first, if `pos` is
+    `iota.reshape(r).transpose(p).reshape(pos.shape)`; else None. Digits adjacent in both the array and
+    the position space are merged, so only real cut points are reported."""
+    if pos.size == 0 or pos.flat[0] != 0:
+        return None
+    per_dim: list[tuple[Digit, ...]] = []
+    for j, s in enumerate(pos.shape):  # loops over dims and digits (at most log2 N), never over devices
+        line = pos[(0,) * j + (slice(None),) + (0,) * (pos.ndim - j - 1)]
+        digits: list[Digit] = []
+        block = 1
+        while block < s:
+            vals = line[::block]
+            stride = int(vals[1])
+            ok = vals == np.arange(vals.size, dtype=np.int64) * stride
+            run = vals.size if ok.all() else int(np.argmin(ok))
+            if stride <= 0 or (s // block) % run:
+                return None
+            digits.append((run, stride))
+            block *= run
+        per_dim.append(tuple(reversed(digits)))
+    expect = 1
+    for size, stride in sorted((d for dim in per_dim for d in dim), key=lambda d: d[1]):
+        if stride != expect:
+            return None
+        expect *= size
+    if expect != pos.size or not np.array_equal(_compose(pos.shape, per_dim), pos):
+        return None
+    return tuple(per_dim)
+
+
+def _compose(shape: tuple[int, ...], per_dim: Sequence[Sequence[Digit]]) -> IntArray:
+    out = np.zeros(shape, dtype=np.int64)
+    for j, (s, digits) in enumerate(zip(shape, per_dim, strict=True)):
+        idx = np.arange(s, dtype=np.int64)
+        contrib = np.zeros(s, dtype=np.int64)
+        block = 1
+        for size, stride in reversed(digits):
+            contrib += (idx // block) % size * stride
+            block *= size
+        out += contrib.reshape([s if k == j else 1 for k in range(len(shape))])
+    return out
+
+
+# Keyed by the array bytes (32 KiB at 4096 devices), so the bound also bounds memory.
+@functools.lru_cache(maxsize=512)
+def _digits_cached(shape: tuple[int, ...], data: bytes) -> tuple[tuple[Digit, ...], ...] | None:
+    return _digits(np.frombuffer(data, dtype=np.int64).reshape(shape))
+
+
+def _digits_of(pos: IntArray) -> tuple[tuple[Digit, ...], ...] | None:
+    return _digits_cached(tuple(pos.shape), np.ascontiguousarray(pos, dtype=np.int64).tobytes())
+
+
+def cuts_of(mesh: Mesh) -> frozenset[int]:
+    """The mesh positions' strides at which axes start, plus the size: refinement adds to this set."""
+    return frozenset((*mesh.strides, mesh.size))
+
+
+def factor(devices: npt.ArrayLike, mesh: Mesh) -> tuple[tuple[str, ...], ...] | None:
+    """Per dim of `devices`, the mesh axes varying along it (major → minor) when `devices` is the mesh's
+    device grid with axes permuted and merged into its dims; None when it is not (or needs refinement)."""
+    arr = np.ascontiguousarray(devices, dtype=np.int64)
+    return _factor_cached(mesh, tuple(arr.shape), arr.tobytes())
+
+
+@functools.lru_cache(maxsize=512)
+def _factor_cached(mesh: Mesh, shape: tuple[int, ...], data: bytes) -> tuple[tuple[str, ...], ...] | None:
+    arr = np.frombuffer(data, dtype=np.int64).reshape(shape)
+    if arr.size != mesh.size:
+        return None
+    try:
+        pos = mesh.positions(arr)
+    except ShardingError:
+        return None
+    digits = _digits_of(pos)
+    if digits is None:
+        return None
+    cuts = cuts_of(mesh)
+    axes = [(n, st) for (n, s), st in zip(mesh.axes, mesh.strides, strict=True) if s > 1]
+    out: list[tuple[str, ...]] = []
+    for dim in digits:
+        names: list[str] = []
+        for size, stride in dim:
+            if stride not in cuts or stride * size not in cuts:
+                return None  # the digit covers part of a mesh axis: the mesh must be refined first
+            names.extend(n for n, st in axes if stride <= st < stride * size)
+        out.append(tuple(names))
+    return tuple(out)
+
+
+def refine(mesh: Mesh, cuts: Iterable[int]) -> Mesh:
+    """`mesh` with every axis split at the `cuts` inside it (a divisor chain), parts named as sub-axes."""
+    cut_list = sorted(set(cuts))
+    new_axes: list[tuple[str, int]] = []
+    for (name, size), stride in zip(mesh.axes, mesh.strides, strict=True):
+        inner = [c for c in reversed(cut_list) if stride < c < stride * size]
+        if not inner:
+            new_axes.append((name, size))
+            continue
+        base, pre, _ = split_axis_name(name)
+        bounds = [stride * size, *inner, stride]
+        for hi, lo in itertools.pairwise(bounds):
+            new_axes.append((sub_axis_name(base, pre, hi // lo), hi // lo))
+            pre *= hi // lo
+    return Mesh(tuple(new_axes), mesh.device_ids)
+
+
+def is_chain(cuts: Iterable[int]) -> bool:
+    c = sorted(set(cuts))
+    return all(b % a == 0 for a, b in itertools.pairwise(c))
+
+
+def infer_mesh(device_arrays: Sequence[npt.ArrayLike], num_devices: int, hint: Mesh | None = None, *,
+               labels: Sequence[str] | None = None, span: Span | None = None,
+               optional: Sequence[bool] | None = None) -> Mesh:
+    """The coarsest refinement of `hint` (or, without one, of the order the device lists imply, axes named
+    axis_0, axis_1, ...) through which every array factors. An array that only factors as a set of groups
+    along its last dim (replica groups listed in another order) contributes those sets: whether their order
+    is right is for `axes_of_groups` to judge, as a discrepancy rather than bad input. `labels` name the
+    arrays in errors.
+
+    `optional` marks arrays that may be left out: replica groups, for which any partition of the devices
+    is a legal program. One that no refinement fits (not the fibres of any axes, or groups of different
+    sizes) does not shape the mesh; its collective is then `unknown` (`axes_of_groups`), not bad input.
+    Tile assignments that share no mesh are legal too, but nothing can be modelled without one:
+    `UnmodelledShardingError`, which is `unknown` as well."""
+    arrays = [np.asarray(a, dtype=np.int64) for a in device_arrays]
+    names = list(labels) if labels is not None else [f"device list #{i}" for i in range(len(arrays))]
+    skippable = list(optional) if optional is not None else [False] * len(arrays)
+    iota = np.arange(num_devices, dtype=np.int64)
+    present: list[tuple[IntArray, str, bool]] = []
+    for a, label, opt in zip(arrays, names, skippable, strict=True):
+        if not a.size:
+            continue
+        if opt and (a < 0).any() and is_partition(a, num_devices):
+            continue  # uneven groups (legal for all-reduce): the fibres of no axes, so they shape nothing
+        if a.size != num_devices or not np.array_equal(np.sort(a, axis=None), iota):
+            raise ShardingError(span, f"{label} ({preview_devices(a)}) is not an ordering of all "
+                                f"{num_devices} devices; expected every device exactly once")
+        present.append((a, label, opt))
+    if hint is not None:
+        if hint.size != num_devices:
+            raise ShardingError(span, f"mesh {hint.describe()} has {hint.size} devices, "
+                                f"expected {num_devices}")
+        return _refine_through(hint, present, span)
+    by_id = Mesh((("axis_0", num_devices),) if num_devices > 1 else ())
+    try:
+        mesh = _refine_through(by_id, present, span)
+    except ShardingError:
+        if not present or _digits_of(present[0][0]) is not None:
+            raise
+        # Not in id order: then the first list itself says which device sits where.
+        first = Mesh((("axis_0", num_devices),), tuple(present[0][0].ravel().tolist()))
+        mesh = _refine_through(first, present, span)
+    return Mesh(tuple((f"axis_{i}", s) for i, (_, s) in enumerate(mesh.axes)), mesh.device_ids)
+
+
+def _refine_through(base: Mesh, arrays: Sequence[tuple[IntArray, str, bool]], span: Span | None) -> Mesh:
+    try:
+        return _refine_in_order(base, arrays, span)
+    except ShardingError:
+        if not any(opt for _, _, opt in arrays):
+            raise
+        # Optional groups met first may have cut the mesh where a later tile assignment does not: then
+        # the tile assignments decide, and the groups fit in where they can.
+        return _refine_in_order(base, sorted(arrays, key=lambda x: x[2]), span)
+
+
+def _refine_in_order(base: Mesh, arrays: Sequence[tuple[IntArray, str, bool]], span: Span | None) -> Mesh:
+    cuts = set(cuts_of(base))
+    for a, label, opt in arrays:
+        for form in _forms(base.positions(a)):
+            digits = _digits_of(form)
+            new = cuts | {stride for dim in digits or () for _, stride in dim}
+            if digits is not None and is_chain(new):
+                cuts = new
+                break
+        else:
+            if opt:
+                continue  # legal groups no refinement fits: left to `axes_of_groups` (unknown)
+            raise UnmodelledShardingError(
+                span, f"{label} ({preview_devices(a)}) does not factor through mesh "
+                f"{refine(base, cuts).describe()} nor any refinement of it: no common mesh for the device lists")
+    return refine(base, cuts)
+
+
+def _forms(pos: IntArray) -> tuple[IntArray, IntArray]:
+    """`pos` as given, then read as unordered groups along its last dim (rows and members sorted)."""
+    rows = np.sort(pos.reshape(-1, pos.shape[-1] if pos.ndim else 1), axis=1)
+    return pos, rows[np.argsort(rows[:, 0], kind="stable")]
+
+
+def refine_for_axes(mesh: Mesh, axis_names: Iterable[str]) -> Mesh:
+    """Refine `mesh` so that every (sub-)axis name in `axis_names` (e.g. Shardy's "tp:(1)2") is a run of
+    mesh axes."""
+    cuts = set(cuts_of(mesh))
+    strides = dict(zip(mesh.names, mesh.strides, strict=True))
+    for name in axis_names:
+        base, pre, size = split_axis_name(name)
+        pieces = mesh.pieces(base)
+        if size is None or not pieces:
+            continue
+        full = math.prod(s for _, _, s in pieces)
+        if full % (pre * size):
+            raise ShardingError(None, f"sub-axis {name!r} does not divide axis {base!r} of size {full}")
+        minor = strides[pieces[-1][0]]
+        cuts |= {minor * full // pre, minor * full // (pre * size)}
+    if not is_chain(cuts):
+        raise ShardingError(None, f"sub-axes {sorted(set(axis_names))} overlap in mesh {mesh.describe()}")
+    return refine(mesh, cuts)
+
+
+def mesh_axes_of(name: str, mesh: Mesh) -> tuple[str, ...]:
+    """The mesh axes (major first) that make up axis or sub-axis `name` (e.g. "tp" or "tp:(2)2")."""
+    if name in mesh.names:
+        return (name,)
+    base, pre, size = split_axis_name(name)
+    pieces = mesh.pieces(base)
+    if not pieces:
+        raise ShardingError(None, f"axis {name!r} is not in mesh {mesh.describe()}; expected one of "
+                            f"{', '.join(mesh.base_sizes())}")
+    hi = pre * (size if size is not None else math.prod(s for _, _, s in pieces))
+    inside = tuple(n for n, p, s in pieces if pre <= p and p * s <= hi)
+    if math.prod(mesh.axis_size(n) for n in inside) != hi // pre:
+        raise ShardingError(None, f"axis {name!r} is not a run of axes of mesh {mesh.describe()}; "
+                            "expected the mesh to be refined for it (refine_for_axes)")
+    return inside
+
+
+# ------------------------------------------------------------------------------------ groups and pairs
+
+def canonical_groups(groups: npt.ArrayLike, mesh: Mesh | None = None) -> IntArray:
+    """Replica groups with their rows in a canonical order (by the mesh position of their first member,
+    or by device id without a mesh): the order of the groups carries no meaning, so mesh inference must
+    not read structure into it."""
+    g = np.asarray(groups, dtype=np.int64)
+    if g.ndim != 2 or g.size == 0:
+        return g
+    try:
+        key = mesh.positions(g[:, 0]) if mesh is not None else g[:, 0]
+    except ShardingError:
+        key = g[:, 0]
+    return g[np.argsort(key, kind="stable")]
+
+
+def axes_of_groups(groups: npt.ArrayLike, mesh: Mesh, num_devices: int, *, ordered: bool = True) -> tuple[str, ...]:
+    """The mesh axes (major first) a [G, S] replica/device group array spans; empty = all devices in id
+    order. Groups must be the fibres of those axes, each listed in their mixed-radix order; with
+    `ordered=False` (a reduction, where the order of a group's members means nothing) in any order.
+
+    Raises `UnmodelledShardingError` for a legal partition of the devices that is not such fibres (or has
+    groups of different sizes), and a plain `ShardingError` for a list that is no partition of the devices
+    or for fibres listed out of shard order."""
+    g = np.asarray(groups, dtype=np.int64)
+    if g.size == 0:
+        g = np.arange(num_devices, dtype=np.int64).reshape(1, -1)
+    if g.ndim == 2 and mesh.size == num_devices and (g < 0).any() and is_partition(g, num_devices):
+        raise UnmodelledShardingError(None, f"replica groups {preview_groups(g)} are of different sizes: a legal "
+                                      "partition of the devices (all-reduce) but not the fibres of any mesh "
+                                      "axes, which is all this tool models")
+    if g.ndim != 2 or mesh.size != num_devices or g.size != num_devices or \
+            not np.array_equal(np.sort(g, axis=None), np.arange(num_devices)):
+        raise ShardingError(None, f"replica groups {preview_devices(g)}: expected a [groups, size] array "
+                            f"using each of the {num_devices} devices of mesh {mesh.describe()} once")
+    if g.shape[1] == 1:
+        return ()
+    pos = mesh.positions(g)
+    members = g
+    if not ordered:  # each group as a set: its members in mesh order
+        members = np.take_along_axis(g, np.argsort(pos, axis=1, kind="stable"), axis=1)
+        pos = np.sort(pos, axis=1)
+    # The order of the groups themselves carries no meaning; only the order inside a group does.
+    rows = members[np.argsort(pos[:, 0], kind="stable")]
+    found = factor(rows, mesh)
+    if found is not None:
+        return found[1]
+    as_set = factor(mesh.device_array().ravel()[_forms(pos)[1]], mesh)
+    if as_set is not None:
+        raise ShardingError(None, f"replica groups {preview_devices(g)} hold the devices of mesh axes "
+                            f"{list(as_set[1])} but not in the mixed-radix order of any ordering of them: "
+                            "group order does not match the shard order")
+    # A legal partition of the devices all the same: not bad input, and no evidence of a bug either.
+    raise UnmodelledShardingError(None, f"replica groups {preview_groups(g)} are not the fibres of any set of "
+                                  f"axes of mesh {mesh.describe()} (every group the devices differing only in "
+                                  "some axes): a legal partition of the devices this tool does not model")
+
+
+def pairs_are_complete_permutation(pairs: npt.ArrayLike, num_devices: int) -> bool:
+    """Whether source→target pairs send from every device exactly once and to every device exactly once."""
+    p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    iota = np.arange(num_devices)
+    return p.shape[0] == num_devices and all(np.array_equal(np.sort(p[:, k]), iota) for k in (0, 1))
+
+
+def shift_of_pairs(pairs: npt.ArrayLike, mesh: Mesh) -> tuple[str, int] | None:
+    """(axis, k) when the pairs are the cyclic shift by k (0 < k < size) along one mesh axis; else None
+    (also for the identity, and for a shift along an axis that refinement split: see `cyclic_shift`)."""
+    shift = cyclic_shift(pairs, mesh)
+    if shift is None or len(shift[0]) != 1:
+        return None
+    return shift[0][0], shift[1]
+
+
+def cyclic_shift(pairs: npt.ArrayLike, mesh: Mesh) -> tuple[tuple[str, ...], int] | None:
+    """(axes, k) when the pairs shift cyclically by k along the mixed-radix index of `axes`, a run of
+    consecutive mesh axes that are parts of one original axis (e.g. ("tp:(1)2", "tp:(2)2") for a shift
+    along "tp" after refinement); else None (also for the identity)."""
+    p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if not pairs_are_complete_permutation(p, mesh.size):
+        return None
+    try:
+        src, dst = mesh.coords(p[:, 0]), mesh.coords(p[:, 1])
+    except ShardingError:  # device ids the mesh does not have: not a shift on this mesh
+        return None
+    moving = np.flatnonzero((src != dst).any(axis=0)).tolist()
+    if not moving or moving != list(range(moving[0], moving[-1] + 1)):
+        return None
+    run = tuple(mesh.names[i] for i in moving)
+    if len({split_axis_name(n)[0] for n in run}) != 1:
+        return None  # a shift carrying from one axis into another is not a shift along either
+    k = (mesh.linear_index(dst, run) - mesh.linear_index(src, run)) % mesh.size_of(run)
+    return (run, int(k[0])) if (k == k[0]).all() else None
+
+
+def match_axis_index(values: npt.ArrayLike, mesh: Mesh) -> tuple[tuple[str, ...], int] | None:
+    """(axes, scale) when `values[device] == scale * linear_index(coords(device), axes)`; ((), 0) when
+    all values are zero; else None."""
+    v = np.asarray(values, dtype=np.int64).ravel()
+    grid_ids = mesh.device_array()
+    if v.size != mesh.size or (grid_ids.size and int(grid_ids.max()) >= v.size):
+        return None
+    grid = v[grid_ids]
+    if not grid.any():
+        return (), 0
+    if grid.flat[0] != 0:
+        return None
+    terms: list[tuple[int, int, int]] = []  # (coefficient, axis index, size)
+    for i, (_, s) in enumerate(mesh.axes):
+        if s > 1:
+            unit = tuple(1 if k == i else 0 for k in range(len(mesh.axes)))
+            if (coef := int(grid[unit])) != 0:
+                terms.append((coef, i, s))
+    terms.sort()
+    for (c0, _, s0), (c1, _, _) in itertools.pairwise(terms):
+        if c1 != c0 * s0:
+            return None
+    if not terms or terms[0][0] < 1:
+        return None
+    expected = np.zeros(mesh.shape, dtype=np.int64)
+    for coef, i, s in terms:
+        shape = [s if k == i else 1 for k in range(grid.ndim)]
+        expected += (np.arange(s, dtype=np.int64) * coef).reshape(shape)
+    if not np.array_equal(expected, grid):
+        return None
+    return tuple(mesh.names[i] for _, i, _ in reversed(terms)), terms[0][0]

@@ -1,0 +1,172 @@
+"""A module made ready for verification: inlined entry, its form, its mesh, its entry layouts.
+
+Forms: `global` (single-device semantics: the reference, or any pre-partitioning module), `spmd` (XLA's
+per-device code after the SPMD partitioner: the entry is renamed `*_spmd`, parameters are local shards)
+and `manual` (StableHLO of a jitted `shard_map`: global outside `sdy.manual_computation`, per-device
+inside). The mesh is the one common mesh every device list of the module factors through (DESIGN §3),
+named after the before module's `sdy.mesh` when there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from scalify_hlo.ir import _jaxlib
+from scalify_hlo.ir.errors import ShardingError, Span, UnmodelledShardingError
+from scalify_hlo.ir.inline import inline
+from scalify_hlo.ir.nodes import Attrs, Func, Literal, Module, Op, TensorType, walk
+from scalify_hlo.layout.mesh import Layout, Mesh, canonical_groups, infer_mesh
+from scalify_hlo.layout.sharding import (
+    SdySharding,
+    Sharding,
+    Tiled,
+    TupleSharding,
+    layout_of,
+    mesh_from_sdy,
+    parse_gspmd,
+    parse_sdy,
+)
+
+COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+    "collective_broadcast", "cross-replica-sum",
+})
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Program:
+    module: Module
+    func: Func
+    form: str  # "global" | "spmd" | "manual"
+    mesh: Mesh
+    in_layouts: tuple[Layout | None, ...]  # declared by annotations (None: none); spmd params default to replicated
+    out_layouts: tuple[Layout | None, ...]
+
+    @property
+    def path(self) -> str:
+        return self.module.path
+
+
+def sharding_of(attrs: Attrs, where: Span | None = None) -> Sharding | None:
+    """The sharding annotation in an attribute dictionary (GSPMD string or Shardy attribute), if any."""
+    if "mhlo.sharding" in attrs:
+        return parse_gspmd(str(attrs["mhlo.sharding"]), where)
+    if "sdy.sharding" in attrs:
+        return parse_sdy(str(attrs["sdy.sharding"]))
+    return None
+
+
+def per_value_shardings(text: str) -> tuple[SdySharding, ...]:
+    """`#sdy.sharding_per_value<[<@mesh, [...]>, ...]>` → one Shardy sharding per value."""
+    sdy = _jaxlib.dialects()["sdy"]
+    ir = _jaxlib.ir()
+    with _jaxlib.make_context():
+        attr = sdy.TensorShardingPerValueAttr(ir.Attribute.parse(text))
+        return tuple(parse_sdy(str(s)) for s in attr.shardings)
+
+
+def manual_axes(text: str) -> tuple[str, ...]:
+    sdy = _jaxlib.dialects()["sdy"]
+    ir = _jaxlib.ir()
+    with _jaxlib.make_context():
+        attr = sdy.ManualAxesAttr(ir.Attribute.parse(text))
+        return tuple(str(attr[i]) for i in range(len(attr)))
+
+
+def form_of(module: Module, func: Func) -> str:
+    if any(op.opcode == "manual_computation" for op in walk(func.body.ops)):
+        return "manual"
+    entry = str(module.extra.get("entry_computation", ""))
+    if module.kind == "hlo" and (entry.endswith("_spmd") or _has_spmd_ops(func)):
+        return "spmd"
+    return "global"
+
+
+def _has_spmd_ops(func: Func) -> bool:
+    return any(op.opcode in COLLECTIVES or op.opcode == "partition_id" for op in walk(func.body.ops))
+
+
+def _device_arrays(module: Module, func: Func,
+                   hint: Mesh | None = None) -> Iterator[tuple[np.ndarray, str, bool]]:
+    """Every device list of the module that a mesh should factor, with whether it may be left out: tile
+    assignments (required) and replica groups (optional: any partition of the devices is legal, and the
+    collective of groups the mesh cannot express is reported `unknown`)."""
+    def from_sharding(s: Sharding | None, label: str) -> Iterator[tuple[np.ndarray, str, bool]]:
+        if isinstance(s, Tiled):
+            yield s.devices.array, label, False
+        elif isinstance(s, TupleSharding):
+            for i, e in enumerate(s.elements):
+                yield from from_sharding(e, f"{label}[{i}]")
+
+    where = Span(module.path)
+    # With several replicas, group ids are replica or flattened ids, not partitions: no mesh of partitions
+    # to read from them (the engine reports such programs unknown; they must not be bad input on the way).
+    partitions_only = module.num_replicas == 1
+    for i, attrs in enumerate(func.arg_attrs):
+        yield from from_sharding(_gspmd_only(attrs, where), f"sharding of parameter {i}")
+    for i, attrs in enumerate(func.result_attrs):
+        yield from from_sharding(_gspmd_only(attrs, where), f"sharding of result {i}")
+    for op in walk(func.body.ops):
+        yield from from_sharding(_gspmd_only(op.attrs, where), f"sharding of {op.describe()}")
+        groups = op.attrs.get("replica_groups")
+        if partitions_only and isinstance(groups, Literal) and groups.array.size and "channel_handle" in op.attrs:
+            yield canonical_groups(groups.array, hint), f"replica groups of {op.describe()}", True
+
+
+def _gspmd_only(attrs: Attrs, where: Span | None = None) -> Sharding | None:
+    return parse_gspmd(str(attrs["mhlo.sharding"]), where) if "mhlo.sharding" in attrs else None
+
+
+def module_mesh(module: Module, func: Func, hint: Mesh | None = None) -> Mesh:
+    """The module's own `sdy.mesh`, else one inferred from its device lists (refining `hint`)."""
+    if module.meshes:
+        names = {m for m, _ in module.meshes}
+        if len(names) > 1:  # legal Shardy (JAX adds maximal meshes, for one): not modelled, so unknown
+            raise UnmodelledShardingError(Span(module.path), f"{len(names)} meshes ({', '.join(sorted(names))}); "
+                                          "only modules with one sdy.mesh are modelled")
+        return mesh_from_sdy(module.meshes[0][1])
+    num = module.num_partitions
+    arrays = list(_device_arrays(module, func, hint if hint is not None and hint.size == num else None))
+    if hint is not None and hint.size == num:
+        base: Mesh | None = hint
+    else:
+        base = None
+    if not arrays:
+        return base or Mesh((("axis_0", num),) if num > 1 else ())
+    return infer_mesh([a for a, _, _ in arrays], num, base, labels=[label for _, label, _ in arrays],
+                      span=Span(module.path), optional=[opt for _, _, opt in arrays])
+
+
+def _layout(s: Sharding | None, mesh: Mesh, t: object, where: str, path: str) -> Layout | None:
+    if s is None or not isinstance(t, TensorType):
+        return None
+    try:
+        return layout_of(s, mesh, t.rank)
+    except ShardingError as err:
+        raise type(err)(Span(path), f"{where}: {err.message}") from None  # (unmodelled stays unmodelled)
+
+
+def prepare(module: Module, hint: Mesh | None = None) -> Program:
+    func = inline(module)
+    form = form_of(module, func)
+    mesh = module_mesh(module, func, hint)
+    ins = tuple(
+        _layout(sharding_of(a), mesh, p.type, f"sharding of parameter {i}", module.path)
+        for i, (a, p) in enumerate(zip(func.arg_attrs, func.params, strict=True)))
+    outs = tuple(
+        _layout(sharding_of(a), mesh, v.type, f"sharding of result {i}", module.path)
+        for i, (a, v) in enumerate(zip(func.result_attrs, func.outputs, strict=True)))
+    return Program(module, func, form, mesh, ins, outs)
+
+
+def manual_layouts(op: Op, mesh: Mesh) -> tuple[tuple[Layout, ...], tuple[Layout, ...], tuple[str, ...]]:
+    """In/out layouts and manual axes of an `sdy.manual_computation` (a shard_map)."""
+    ins = per_value_shardings(str(op.attrs["in_shardings"]))
+    outs = per_value_shardings(str(op.attrs["out_shardings"]))
+    axes = manual_axes(str(op.attrs["manual_axes"])) if "manual_axes" in op.attrs else mesh.names
+    in_l = tuple(layout_of(s, mesh, v.tensor.rank) for s, v in zip(ins, op.operands, strict=True))
+    out_l = tuple(layout_of(s, mesh, v.tensor.rank) for s, v in zip(outs, op.results, strict=True))
+    return in_l, out_l, axes

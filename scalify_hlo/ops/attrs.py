@@ -1,0 +1,60 @@
+"""Which attributes are part of an op's meaning, and a structural key of a body.
+
+Two ops with the same opcode, operands and `term_attrs` compute the same value: hints (precision configs,
+shardings, channel ids, backend configs) are left out, and an op with a body carries its reducer or a key
+of the body (`region_key`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from scalify_hlo.ir.nodes import Op, Opaque, Region, Value
+from scalify_hlo.ops.reducers import reducer_of
+
+_HINTS = frozenset({
+    "precision_config", "mhlo.sharding", "sdy.sharding", "mhlo.frontend_attributes", "channel_handle",
+    "use_global_device_ids", "result_accuracy", "indices_are_sorted", "unique_indices", "algorithm",
+    "mhlo.original_value", "backend_config",
+})
+
+
+def region_key(region: Region, captured: Sequence[Value] = ()) -> tuple[Any, ...]:
+    """A structural key of a body: same key, same computation. Values are numbered by position, nested
+    bodies included; a value captured from outside is ("captured", its position in `captured`), so bodies
+    that use captured values in other roles get other keys (-1: captured and not listed)."""
+    free = {v: i for i, v in enumerate(captured)}
+    return _region_key(region, {}, free)
+
+
+def _region_key(region: Region, index: dict[Value, int], free: dict[Value, int]) -> tuple[Any, ...]:
+    def token(v: Value) -> Any:
+        if v in index:
+            return index[v]
+        return ("captured", free[v]) if v in free else -1
+
+    n_args = len(region.args)
+    for v in region.args:
+        index[v] = len(index)
+    items = []
+    for op in region.ops:
+        operands = tuple(token(v) for v in op.operands)
+        items.append((op.opcode, operands, _attrs(op, index, free)))
+        for r in op.results:
+            index[r] = len(index)
+    return (n_args, tuple(items), tuple(token(v) for v in region.results))
+
+
+def term_attrs(op: Op) -> tuple[tuple[str, Any], ...]:
+    return _attrs(op, {}, {})
+
+
+def _attrs(op: Op, index: dict[Value, int], free: dict[Value, int]) -> tuple[tuple[str, Any], ...]:
+    attrs = tuple((k, v) for k, v in op.attrs.items() if k not in _HINTS and not isinstance(v, Opaque))
+    if op.regions:
+        reducer = reducer_of(op.regions[0]) if len(op.regions) == 1 else None
+        # Nested bodies share the numbering: a use of an enclosing body's value names that value.
+        key: Any = reducer.value if reducer is not None else tuple(_region_key(r, index, free) for r in op.regions)
+        attrs = (*attrs, ("computation", key))
+    return attrs

@@ -1,0 +1,408 @@
+"""The forward derivation of `Holds` facts through a program (the Datalog part of DESIGN §3).
+
+The dataflow graph is acyclic inside a region, so the least fixpoint of the transfer rules is one pass
+in program order; `while` bodies are handled by induction (see `engine.py`): a reference loop is a `loop`
+term binding variables of its own (`while_terms`), an after loop is proven to reproduce it. The same
+driver reads the before program: with a one-device mesh every fact is `Holds(term, replicated)`, so the
+before program's terms come out of the very same rules, and structurally equal computations meet as the
+same term.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from scalify_hlo.ir.errors import ShardingError
+from scalify_hlo.ir.nodes import Op, Region, TensorType, Value, walk
+from scalify_hlo.layout.mesh import Layout, Mesh
+from scalify_hlo.layout.program import manual_layouts
+from scalify_hlo.numeric.kernels import KERNELS
+from scalify_hlo.numeric.machine import Machine, NumericUnsupported, assemble, shard
+from scalify_hlo.ops.attrs import region_key, term_attrs
+from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
+from scalify_hlo.prove import cases, per_device
+from scalify_hlo.rules import masking
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, constant_term, view
+from scalify_hlo.terms import evaluate as termeval
+from scalify_hlo.terms.table import Terms
+from scalify_hlo.terms.term import Term
+
+# Small device-varying values (offsets, masks of shard bounds) are evaluated per device; past this many
+# elements across all devices they are not, and the value must be understood symbolically instead.
+VARYING_LIMIT = 1 << 22
+FOLD_LIMIT = 1 << 20
+
+# Ops whose per-device evaluation is index arithmetic, worth doing numerically.
+_VARYING_OPS = frozenset({
+    "abs", "add", "and", "broadcast_in_dim", "clamp", "compare", "concatenate", "convert", "divide",
+    "dynamic_slice", "maximum", "minimum", "multiply", "negate", "not", "or", "remainder", "reshape",
+    "select", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "slice", "subtract",
+    "transpose", "xor", "iota",
+})
+
+Resync = Callable[[Holds, Op], Holds]
+LoopBody = tuple[Op, tuple[Term, ...], Term, tuple[Term, ...]]  # (the loop, its variables, condition, bodies)
+Loops = Callable[["Deriver", Op, tuple[Fact, ...]], tuple[Fact, ...]]
+
+
+class Deriver:
+    """Derives a fact for every value of a function, given facts for its parameters."""
+
+    def __init__(self, terms: Terms, mesh: Mesh, resync: Resync | None = None,
+                 known: Callable[[Term], int] | None = None, loops: Loops | None = None, plain: bool = False) -> None:
+        self.terms = terms
+        self.mesh = mesh
+        self.facts: dict[Value, Fact] = {}
+        self.resync = resync
+        self.progress: Callable[[int, int], None] | None = None
+        self.ctx = Ctx(terms, mesh, self.fold, self.lift, self.varying, known or (lambda t: 0), self.source)
+        self._fold_cache: dict[int, np.ndarray | None] = {}
+        # Provenance of device-varying values, for localisation: which op computed a Varying, and which
+        # Varying a lifted constant term came from.
+        self.varying_op: dict[int, Op] = {}
+        self.lifted_from: dict[int, Varying] = {}
+        # Values inside a case-split shard_map body that differ per coordinate: the fact of the case that
+        # reaches the outputs, shown in diagnostics (never reasoned with).
+        self.case_views: dict[Value, Holds] = {}
+        # ... and every case's term of each such value (None where a case holds no term), for localisation.
+        self.case_terms: dict[Value, list[Term | None]] = {}
+        # Reference loops already read (`while_terms`): each loop's condition and body terms, derived once
+        # over the variables the loop binds, whatever it starts from (so a loop nest is read in linear time,
+        # however often the induction re-reads the bodies around it); and those variables' names.
+        self.loop_bodies: dict[tuple[int, ...], LoopBody | None] = {}
+        self.loop_names: dict[tuple[Any, ...], int] = {}
+        # An after loop that matches no reference loop: True gives it its own `loop` term (exact, so that
+        # the outputs can be evaluated for a counterexample); False a failure, leaving the body open for
+        # the case splits of a shard_map (`_manual` turns this off while they may still apply).
+        self.loop_terms = False
+        self.hooks: dict[str, Callable[[Deriver, Op, tuple[Fact, ...]], tuple[Fact, ...]]] = {
+            "custom_call": _custom_call,
+            "manual_computation": _manual,
+            "while": loops if loops is not None else while_terms,
+        }
+        if plain:
+            # Same-device-count comparison (two per-device programs): a collective or partition-id is an
+            # opaque op that both sides must perform alike, not something to reason through.
+            for opcode in (*_PLAIN_OPAQUE, "partition_id", "replica_id"):
+                self.hooks[opcode] = _opaque
+
+    # -- driving ----------------------------------------------------------------------------------------
+
+    def sibling(self) -> Deriver:
+        """A fresh derivation over the same terms and mesh (one case of a case split)."""
+        return Deriver(self.terms, self.mesh, resync=self.resync, known=self.ctx.known)
+
+    def region(self, region: Region, args: Sequence[Fact]) -> tuple[Fact, ...]:
+        for v, f in zip(region.args, args, strict=True):
+            self.facts[v] = f
+        for i, op in enumerate(region.ops):
+            self.op(op)
+            if self.progress is not None and i % 1024 == 1023:
+                self.progress(i + 1, len(region.ops))
+        return tuple(self.facts[v] for v in region.results)
+
+    def op(self, op: Op) -> None:
+        facts = tuple(self.facts[v] for v in op.operands)
+        failed = next((f for f in facts if isinstance(f, Failed)), None)
+        out: tuple[Fact, ...]
+        if failed is not None and op.opcode not in ("tuple", "get_tuple_element"):
+            up = dataclasses.replace(failed, upstream=True)
+            out = tuple(up for _ in op.results)
+        elif masking.applies(self.ctx, op, facts) and (steps := masking.transfer(self.ctx, op, facts)) is not None:
+            out = steps
+        elif op.opcode in self.hooks:
+            out = self.hooks[op.opcode](self, op, facts)
+        elif (sem := OPS.get(op.opcode)) is not None:
+            out = sem.transfer(self.ctx, op, facts)
+        else:
+            out = tuple(self.ctx.unsupported(op, "no transfer rule for this op") for _ in op.results)
+        if len(out) != len(op.results):
+            out = tuple(self.ctx.unsupported(op, "results that do not match the rule") for _ in op.results)
+        if self.resync is not None:
+            out = tuple(self.resync(f, op) if isinstance(f, Holds) and not f.layout.partial else f for f in out)
+        for v, f in zip(op.results, out, strict=True):
+            self.facts[v] = f
+            if isinstance(f, Varying):
+                self.varying_op.setdefault(id(f), op)
+
+    # -- device-varying values ----------------------------------------------------------------------------
+    def source(self, v: Varying) -> Op | None:
+        """The op that computed a device-varying value, looking through broadcasts and reshapes: the line
+        that wrote an offset, not the one that used it."""
+        op = self.varying_op.get(id(v))
+        while op is not None and op.opcode in ("broadcast_in_dim", "reshape") and op.operands:
+            f = self.facts.get(op.operands[0])
+            before = self.varying_op.get(id(f)) if isinstance(f, Varying) else None
+            if before is None:
+                break
+            op = before
+        return op
+
+    def fold(self, term: Term) -> np.ndarray | None:
+        """The value of a term built only from constants and iotas, if it is small."""
+        if term.id in self._fold_cache:
+            return self._fold_cache[term.id]
+        result = None
+        if term.type.size <= FOLD_LIMIT and term.op not in ("param", "var"):
+            result = termeval.evaluate_constant(term)
+        self._fold_cache[term.id] = result
+        return result
+
+    def varying(self, op: Op, facts: tuple[Fact, ...]) -> Fact | None:
+        if op.opcode not in _VARYING_OPS or len(op.results) != 1:
+            return None
+        n = self.mesh.size
+        out_t = op.result.tensor
+        if out_t.size * n > VARYING_LIMIT:
+            return None
+        arrays: list[Any] = []
+        for f in facts:
+            if isinstance(f, Varying):
+                arrays.append(f.values)
+            elif isinstance(f, Holds) and not f.layout.partial and not f.layout.split_axes():
+                folded = self.fold(f.term)
+                if folded is None:
+                    return None
+                arrays.append(np.broadcast_to(folded, (n, *folded.shape)))
+            else:
+                return None
+        kernel = KERNELS.get(op.opcode)
+        if kernel is None:
+            return None
+        try:
+            (values,) = kernel(Machine(None, n), op, arrays)
+        except (NumericUnsupported, ValueError, TypeError, IndexError):
+            return None
+        result = Varying(np.asarray(values), out_t)
+        self.varying_op[id(result)] = op
+        if out_t.rank >= 1 and out_t.size > 1:
+            lifted = self.lift(result)
+            if isinstance(lifted, Holds) and lifted.term.op in ("iota", "broadcast_in_dim"):
+                return lifted  # a shard of a symbolic tensor (GSPMD's iota + offset): keep the symbol
+        return result
+
+    def _lifted(self, v: Varying, h: Holds) -> Holds:
+        self.lifted_from.setdefault(h.term.id, v)
+        return h
+
+    def lift(self, f: Fact) -> Fact:
+        """A device-varying value as the shard of a constant tensor under some layout, if it is one."""
+        if not isinstance(f, Varying):
+            return f
+        values = np.asarray(f.values)
+        t = f.type
+        if np.all(values == values[:1]):
+            return self._lifted(f, Holds(constant_term(values[0], t, self.terms), Layout.replicated(t.rank)))
+        grid = values[self.mesh.device_array().reshape(-1)].reshape((*self.mesh.shape, *t.shape))
+        varying_axes = tuple(
+            name for i, name in enumerate(self.mesh.names)
+            if not np.all(grid == np.take(grid, [0], axis=i)))
+        from itertools import permutations
+
+        for d in range(t.rank):
+            for order in permutations(varying_axes):
+                layout = Layout(tuple(order if i == d else () for i in range(t.rank)))
+                try:
+                    full = assemble(values, layout, self.mesh)
+                    again = shard(full, layout, self.mesh)
+                except (ShardingError, ValueError):
+                    continue
+                if again.shape == values.shape and np.array_equal(again, values):
+                    gtype = TensorType(full.shape, t.dtype)
+                    return self._lifted(f, Holds(constant_term(full, gtype, self.terms), layout))
+        return Failed("a device-dependent value that is not the shard of any tensor", None, False)
+
+
+_PLAIN_OPAQUE = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+                 "collective_broadcast")
+
+
+def _opaque(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """An op kept as an uninterpreted term of its operands and attributes. A variadic collective acts
+    on each operand alone (that is what XLA's combiners rely on), so result i depends on operand i."""
+    held: list[Term] = []
+    for f in facts:
+        g = d.lift(f)
+        if not isinstance(g, Holds):
+            return tuple(d.ctx.unsupported(op, "an operand without a term") for _ in op.results)
+        held.append(g.term)
+    attrs = term_attrs(op)
+    out: list[Fact] = []
+    per_operand = op.opcode in _PLAIN_OPAQUE and len(held) == len(op.results) > 1
+    for i, r in enumerate(op.results):
+        t = r.tensor
+        args = (held[i],) if per_operand else tuple(held)
+        out.append(Holds(d.terms.mk(op.opcode, args, attrs, t), Layout.replicated(t.rank)))
+    return tuple(out)
+
+
+def while_terms(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """A loop of the reference program: result `k` is `loop(inits, vars, cond, bodies)[k]`, the condition
+    and the bodies being the loop's regions read over variables the term binds (`loop_term`). The after
+    program's loop is proven to reproduce it by induction (engine.py). A loop whose regions cannot be read
+    stays a term of its initial values and the regions' structure, opaque but still comparable."""
+    inits: list[Term] = []
+    for f in facts:
+        g = d.lift(f)
+        if not isinstance(g, Holds) or g.layout != Layout.replicated(g.term.type.rank):
+            return tuple(d.ctx.unsupported(op, "a loop over values that are not global") for _ in op.results)
+        inits.append(g.term)
+    captured: list[Term] = []
+    free = _captured(op)
+    for v in free:
+        g = d.lift(d.facts[v])
+        if not isinstance(g, Holds):
+            return tuple(d.ctx.unsupported(op, "a loop that captures a non-tensor") for _ in op.results)
+        captured.append(g.term)
+    body = _loop_body(d, op, captured)
+    if body is not None:
+        _, loop_vars, cond, bodies = body
+        return tuple(Holds(t, Layout.replicated(t.type.rank)) for t in loop_term(d, inits, loop_vars, cond, bodies))
+    keys = (("cond", region_key(op.regions[0], free)), ("body", region_key(op.regions[1], free)))
+    out: list[Fact] = []
+    for k, r in enumerate(op.results):
+        t = r.tensor
+        out.append(Holds(d.terms.mk("while", (*inits, *captured), (*keys, ("index", k)), t),
+                         Layout.replicated(t.rank)))
+    return tuple(out)
+
+
+def loop_term(d: Deriver, inits: Sequence[Term], loop_vars: Sequence[Term], cond: Term, bodies: Sequence[Term]
+              ) -> tuple[Term, ...]:
+    """The results of a loop as terms: `loop(inits, vars, cond, bodies)[k]`. Starting from `inits`, while
+    `cond` holds, the variables take the values of `bodies` (both read over the variables): the variables
+    are bound by the term, its meaning does not depend on their names. `termeval` evaluates it."""
+    n = len(inits)
+    return tuple(d.terms.mk("loop", (*inits, *loop_vars, cond, *bodies), (("carried", n), ("index", k)), b.type)
+                 for k, b in enumerate(bodies))
+
+
+def _loop_body(d: Deriver, op: Op, captured: list[Term]) -> LoopBody | None:
+    """The loop's condition and bodies over its variables, read once per loop and captured values.
+
+    The variables are named after the loop's structure: equal loops get equal terms, and a loop never
+    holds a loop of its own structure (a region is larger than those inside it), so an inner loop's
+    variables never shadow the ones of a loop around it."""
+    key = (id(op), *(t.id for t in captured))
+    if key in d.loop_bodies:
+        return d.loop_bodies[key]
+    d.loop_bodies[key] = None  # (a loop is never inside itself; the entry only guards against surprises)
+    shape = (region_key(op.regions[0]), region_key(op.regions[1]))
+    name = d.loop_names.setdefault(shape, len(d.loop_names))
+    loop_vars = tuple(d.terms.fresh(f"while{name}.{k}", v.tensor) for k, v in enumerate(op.regions[1].args))
+    args = [Holds(v, Layout.replicated(v.type.rank)) for v in loop_vars]
+    cond = [d.lift(f) for f in d.region(op.regions[0], args)]
+    bodies = [d.lift(f) for f in d.region(op.regions[1], args)]
+    held = [f for f in (*cond, *bodies) if isinstance(f, Holds) and f.layout == Layout.replicated(f.term.type.rank)]
+    if len(held) != len(cond) + len(bodies) or len(bodies) != len(loop_vars):
+        return None
+    body: LoopBody = (op, loop_vars, held[0].term, tuple(h.term for h in held[1:]))
+    d.loop_bodies[key] = body
+    return body
+
+
+def _captured(op: Op) -> list[Value]:
+    """Values a region op uses from outside its regions (StableHLO regions may capture)."""
+    defined: set[Value] = set()
+    used: list[Value] = []
+    for region in op.regions:
+        defined.update(region.args)
+        for inner in walk(region.ops):
+            defined.update(inner.results)
+            for r in inner.regions:
+                defined.update(r.args)
+    for region in op.regions:
+        for inner in walk(region.ops):
+            used.extend(v for v in inner.operands if v not in defined and v not in used)
+            for r in inner.regions:  # a nested body may yield a captured value as it is
+                used.extend(v for v in r.results if v not in defined and v not in used)
+        used.extend(v for v in region.results if v not in defined and v not in used)
+    return used
+
+
+def _custom_call(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    target = str(op.attrs.get("call_target_name", ""))
+    if target in IDENTITY_CUSTOM_CALLS and len(facts) == len(op.results):
+        return facts
+    return tuple(d.ctx.unsupported(op, f"custom call {target!r}") for _ in op.results)
+
+
+def _manual(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """`sdy.manual_computation` (shard_map): operands are global, the body sees their shards."""
+    try:
+        ins, outs, axes = manual_layouts(op, d.mesh)
+    except ShardingError as err:
+        return tuple(d.ctx.unsupported(op, err.message) for _ in op.results)
+    trivial = {a for a, s in d.mesh.axes if s == 1}  # a size-1 axis is manual and auto alike
+    if set(axes) - trivial != set(d.mesh.names) - trivial:
+        missing = sorted(set(d.mesh.names) - set(axes) - trivial)
+        return tuple(d.ctx.unsupported(op, f"a shard_map manual over only some axes (auto: {missing})")
+                     for _ in op.results)
+    args: list[Fact] = []
+    for f, layout in zip(facts, ins, strict=True):
+        g = d.lift(f)
+        if not isinstance(g, Holds) or g.layout != Layout.replicated(layout.rank):
+            return tuple(d.ctx.unsupported(op, "a shard_map operand that is not a global value")
+                         for _ in op.results)
+        args.append(Holds(g.term, layout))
+    # A loop that matches no reference loop fails for now: the case splits below may still follow it.
+    loop_terms, d.loop_terms = d.loop_terms, False
+    try:
+        results = _manual_body(d, op, args, outs)
+    finally:
+        d.loop_terms = loop_terms
+    if _open(results) and loop_terms and any(inner.opcode == "while" for inner in walk(op.regions[0].ops)):
+        # Nothing followed it: such loops get their own terms, so that the outputs can be compared (and
+        # evaluated for a counterexample) rather than left unknown.
+        trial = d.region(op.regions[0], args)
+        if not _open(trial):
+            results = trial
+    out: list[Fact] = []
+    for f, layout, res in zip(results, outs, op.results, strict=True):
+        out.append(_leave_manual(d, op, d.lift(f), layout, res))
+    return tuple(out)
+
+
+def _manual_body(d: Deriver, op: Op, args: list[Fact], outs: Sequence[Layout]) -> tuple[Fact, ...]:
+    """The shard_map body's results: one pass, then case splits (along an axis, per device) while open."""
+    results = d.region(op.regions[0], args)
+    if _open(results) and cases.worth_trying(op.regions[0]):
+        for axis, size in d.mesh.axes:
+            if 1 < size <= cases.CASE_LIMIT:
+                trial, merged = cases.derive_cases(d, op.regions[0], args, axis, outs)
+                if not _open(trial):
+                    results = trial
+                    d.facts.update(merged)
+                    break
+    if _open(results) and 1 < d.mesh.size <= cases.CASE_LIMIT:
+        trial, merged = per_device.derive_per_device(d, op.regions[0], args, outs)
+        if not _open(trial):
+            results = trial
+            d.facts.update(merged)
+    return results
+
+
+def _open(results: Sequence[Fact]) -> bool:
+    """Some result is unknown (neither derived nor shown wrong)."""
+    return any(isinstance(f, Failed) and not f.evidence for f in results)
+
+
+def _leave_manual(d: Deriver, op: Op, f: Fact, declared: Layout, res: Value) -> Fact:
+    if not isinstance(f, Holds):
+        return f
+    ctx = d.ctx
+    if f.layout.partial:
+        axes = ", ".join(f'"{a}"' for a, _ in f.layout.partial)
+        return ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "
+                        f"{{{axes}}} is missing", evidence=True, origin=f.origin,
+                        expected=ctx.describe(declared), found=ctx.describe(f.layout), partial=True)
+    term = view(f.term, f.layout, declared.dims, d.mesh, d.terms)
+    if term is None:
+        return ctx.fail(op, f"shard_map declares its output as {ctx.describe(declared)} but the value is laid out "
+                        f"as {ctx.describe(f.layout)}", evidence=True, origin=f.origin,
+                        expected=ctx.describe(declared), found=ctx.describe(f.layout))
+    return Holds(term, Layout.replicated(declared.rank))

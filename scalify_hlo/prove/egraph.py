@@ -1,0 +1,243 @@
+"""Equality of terms by equality saturation in egglog, one small e-graph per question.
+
+The rulesets (`rules/algebra.py`) are declared once in a template e-graph; each question pushes a
+scope, feeds the two term DAGs through the low-level `egglog.bindings` (one batch of `let` actions: the
+high-level `register` costs milliseconds per expression, DESIGN §4), saturates within a budget,
+compares the e-classes and pops. Subterms both sides share are fed as opaque leaves: they are equal by
+construction and the rules need not look inside them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import egglog
+import egglog.bindings as bindings
+
+from scalify_hlo.ir.nodes import Literal
+from scalify_hlo.rules import algebra
+from scalify_hlo.terms.term import Term, scalar_exact
+
+_SPAN = bindings.RustSpan("scalify", 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    iterations: int = 12
+    nodes: int = 50_000
+    seconds: float = 5.0
+
+
+@dataclass
+class Stats:
+    questions: int = 0
+    egraph_calls: int = 0
+    memo_hits: int = 0
+    nodes_fed: int = 0
+    max_nodes: int = 0
+    seconds: float = 0.0
+    exhausted: int = 0
+
+
+def _lit(v: Any) -> Any:
+    if isinstance(v, bool):
+        return bindings.Lit(_SPAN, bindings.Bool(v))
+    if isinstance(v, int):
+        return bindings.Lit(_SPAN, bindings.Int(v))
+    if isinstance(v, float):
+        return bindings.Lit(_SPAN, bindings.Float(v))
+    return bindings.Lit(_SPAN, bindings.String(str(v)))
+
+
+def _splat(v: int | float | complex, t: Term) -> Any:
+    return _call("Splat", _lit(algebra.exact_text(v)), _lit(type_text(t)))
+
+
+def _typed(t: Term) -> str | None:
+    """The domain's own constructor for +, −, ×, ÷, negation (None: the op stays opaque)."""
+    domain = algebra.domain_of(t.type.dtype)
+    if domain is None or len(t.args) != (1 if t.op == "negate" else 2):
+        return None
+    if any(a.type.dtype != t.type.dtype for a in t.args):
+        return None
+    return algebra.TYPED[domain].get(t.op)
+
+
+def _negated(v: int | float | complex, dtype: str) -> int | float | None:
+    """`-v` in `dtype`: exact for floats, two's complement (wrapping) for integers."""
+    if isinstance(v, float):
+        return -v
+    if not isinstance(v, int):
+        return None
+    bits = int("".join(ch for ch in dtype if ch.isdigit()) or 0)
+    if not bits:
+        return None
+    wrapped = (-v) % (1 << bits)
+    if dtype.startswith("i") and wrapped >= 1 << (bits - 1):
+        wrapped -= 1 << bits
+    return wrapped
+
+
+def _call(f: str, *args: Any) -> Any:
+    return bindings.Call(_SPAN, f, list(args))
+
+
+def _var(i: int) -> Any:
+    return bindings.Var(_SPAN, f"$t{i}")
+
+
+def type_text(t: Term) -> str:
+    return f"{t.type.dtype}[{','.join(map(str, t.type.shape))}]"
+
+
+def attr_text(attrs: Iterable[tuple[str, Any]]) -> str:
+    """Attributes as a canonical string; literals by content hash (their repr elides values)."""
+    parts = []
+    for k, v in attrs:
+        if isinstance(v, Literal):
+            digest = hashlib.sha1(v.array.tobytes() + str(v.array.shape).encode()).hexdigest()[:16]
+            v = f"lit:{v.dtype}:{digest}"
+        parts.append(f"{k}={v!r}")
+    return ";".join(parts)
+
+
+class EGraph:
+    """The template e-graph (rules declared once) and the questions asked of it."""
+
+    def __init__(self, budget: Budget | None = None) -> None:
+        self.budget = budget or Budget()
+        self.stats = Stats()
+        high = egglog.EGraph()
+        high.register(*algebra.declare_all())
+        for rs in (*algebra.RULESETS.values(), algebra.tripwires):  # registers each ruleset's rules
+            high.run(rs.saturate())
+        self._high = high  # keeps the declarations alive
+        self.raw = high._egraph
+        self._schedule_text = self._make_schedule()
+        self._memo: dict[tuple[Any, ...], tuple[bool, ...]] = {}
+        self._parsed_schedule: list[Any] | None = None
+
+    def _make_schedule(self) -> str:
+        trip = str(algebra.tripwires.ident)
+        rules = " ".join(f"(run {rs.ident})" for rs in algebra.RULESETS.values())
+        return f"(run-schedule (saturate (run {trip})) {rules} (saturate (run {trip})))"
+
+    # -- feeding terms -------------------------------------------------------------------------------------
+    def _node(self, t: Term, leaves: frozenset[int]) -> Any:
+        if t.id in leaves:
+            return _call("Leaf", _lit(t.id))
+        v = scalar_exact(t) if t.op in ("constant", "broadcast_in_dim") else None
+        if v is not None:
+            return _splat(v, t)
+        args = [_var(a.id) for a in t.args]
+        typed = _typed(t)
+        if typed is not None:
+            return _call(typed, *args)
+        head = [_lit(t.op), _lit(type_text(t)), _lit(attr_text(t.attrs))]
+        if len(args) <= 3:
+            return _call(f"Op{len(args)}", *head, *args)
+        return _call("OpN", *head, _call("vec-of", *args))
+
+    def _negations(self, order: Sequence[Term]) -> list[Any]:
+        """`-c` is the constant `-c` (computed exactly in the dtype: negation wraps on integers): a fact
+        per constant fed, so the rules that move negations onto constants meet the folded spelling."""
+        out = []
+        for t in order:
+            v = scalar_exact(t) if t.op in ("constant", "broadcast_in_dim") else None
+            domain = algebra.domain_of(t.type.dtype)
+            if v is None or domain is None:
+                continue
+            neg = _negated(v, t.type.dtype)
+            if neg is None:
+                continue
+            lhs = _call(algebra.NEGATE[domain], _splat(v, t))
+            out.append(bindings.ActionCommand(bindings.Union(_SPAN, lhs, _splat(neg, t))))
+        return out
+
+    # -- questions -------------------------------------------------------------------------------------
+    def equal(self, pairs: Sequence[tuple[Term, Term]], leaves: frozenset[int], key: tuple[Any, ...] | None = None
+              ) -> tuple[bool, ...]:
+        """For each pair, whether the rules prove both sides equal (leaves are opaque)."""
+        self.stats.questions += 1
+        if key is not None and key in self._memo:
+            self.stats.memo_hits += 1
+            return self._memo[key]
+        started = time.perf_counter()
+        self.stats.egraph_calls += 1
+        self.raw.run_program(bindings.Push(1))
+        try:
+            roots = [t for pair in pairs for t in pair]
+            fed = self._feed_pruned(roots, leaves)
+            self.stats.nodes_fed += fed
+            result = self._saturate_and_compare(pairs)
+        finally:
+            self.raw.run_program(bindings.Pop(_SPAN, 1))
+        self.stats.seconds += time.perf_counter() - started
+        if key is not None:
+            self._memo[key] = result
+        return result
+
+    def _feed_pruned(self, roots: Sequence[Term], leaves: frozenset[int]) -> int:
+        order: list[Term] = []
+        seen: set[int] = set()
+        stack: list[tuple[Term, bool]] = [(r, False) for r in reversed(roots)]
+        while stack:
+            t, expanded = stack.pop()
+            if t.id in seen:
+                continue
+            if expanded or t.id in leaves or not t.args or scalar_exact(t) is not None:
+                seen.add(t.id)
+                order.append(t)
+                continue
+            stack.append((t, True))
+            stack.extend((a, False) for a in reversed(t.args) if a.id not in seen)
+        actions = [bindings.ActionCommand(bindings.Let(_SPAN, f"$t{t.id}", self._node(t, leaves))) for t in order]
+        self.raw.run_program(*actions, *self._negations(order))
+        return len(actions)
+
+    def _saturate_and_compare(self, pairs: Sequence[tuple[Term, Term]]) -> tuple[bool, ...]:
+        def same(a: Term, b: Term) -> bool:
+            return bool(self.raw.eval_expr(_var(a.id))[1] == self.raw.eval_expr(_var(b.id))[1])
+
+        done = [a.id == b.id or same(a, b) for a, b in pairs]
+        if all(done):
+            return tuple(done)
+        deadline = time.perf_counter() + self.budget.seconds
+        schedule = self._schedule()
+        saturated = False
+        for _ in range(self.budget.iterations):
+            reports = self.raw.run_program(*schedule)
+            done = [d or same(a, b) for d, (a, b) in zip(done, pairs, strict=True)]
+            size = self.size()
+            self.stats.max_nodes = max(self.stats.max_nodes, size)
+            if all(done) or not _changed(reports):
+                saturated = True
+                break
+            if time.perf_counter() > deadline or size > self.budget.nodes:
+                break
+        if not all(done) and not saturated:
+            self.stats.exhausted += 1  # a budget ran out: "not proven" may just mean "not yet"
+        return tuple(done)
+
+    def _schedule(self) -> list[Any]:
+        if self._parsed_schedule is None:
+            self._parsed_schedule = self.raw.parse_program(self._schedule_text)
+        return self._parsed_schedule
+
+    def size(self) -> int:
+        """Rows in every function of the e-graph (e-nodes, roughly)."""
+        (report,) = self.raw.run_program(bindings.PrintSize(_SPAN, None))
+        assert isinstance(report, bindings.PrintAllFunctionsSize)
+        return sum(int(n) for _, n in report.sizes)
+
+
+def _changed(reports: Any) -> bool:
+    for r in reports:
+        report = getattr(r, "report", None)
+        if report is not None and getattr(report, "updated", True):
+            return True
+    return False

@@ -1,0 +1,294 @@
+"""Localisation: the frontier where the two programs part ways (DESIGN §5).
+
+Two kinds of failure reach here. A *layout* failure (`Failed` with evidence) already names the after op
+where facts contradict, and often the op that made the value partial (where a collective is missing):
+we add the before op that computes the same term. A *term* mismatch (every fact derived, but an output's
+term is not the reference's) is located at the frontier: the earliest after op whose value has no
+counterpart in the reference although its operands all do, and the earliest before op whose result the
+after program never reproduces although it reproduces the operands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from scalify_hlo.ir.nodes import Frame, Op, Value, walk
+from scalify_hlo.layout.program import Program
+from scalify_hlo.prove.derive import Deriver
+from scalify_hlo.prove.sync import Sync
+from scalify_hlo.report.verdicts import Finding, Site
+from scalify_hlo.rules.facts import Failed, Holds, Varying
+from scalify_hlo.terms.blockwise import GAVE_UP, Normaliser
+from scalify_hlo.terms.term import Term
+
+
+def _producers(p: Program, d: Deriver) -> dict[int, Op]:
+    """term id → the first op whose result holds that term (program order)."""
+    out: dict[int, Op] = {}
+    for op in walk(p.func.body.ops):
+        for r in op.results:
+            f = d.facts.get(r)
+            if isinstance(f, Holds) and f.term.id not in out:
+                out[f.term.id] = op
+    return out
+
+
+def _describe(f: Holds | None, p: Program) -> str | None:
+    return f.layout.describe(p.mesh) if f is not None else None
+
+
+def _fact(d: Deriver, op: Op) -> Holds | None:
+    f = d.facts.get(op.results[0]) if op.results else None
+    if not isinstance(f, Holds) and op.results:
+        f = d.case_views.get(op.results[0])
+    return f if isinstance(f, Holds) else None
+
+
+def _frame_in_common_function(origin: Op, consumer: Op | None) -> Frame | None:
+    """The origin's frame in the innermost function that also calls the consumer: where the value that
+    lacks its collective is made, at the level of code that then uses it (for gradients from
+    `value_and_grad`, the line calling it, not the model line autodiff attributes the backward op to)."""
+    if consumer is None or not consumer.loc.frames:
+        return None
+    functions = {(fr.file, fr.function) for fr in consumer.loc.frames if fr.function}
+    return next((fr for fr in origin.loc.frames if (fr.file, fr.function) in functions), None)
+
+
+def localize_failure(f: Failed, j: int, bp: Program, bd: Deriver, ap: Program, ad: Deriver) -> Finding:
+    primary = f.origin or f.op
+    before_site = None
+    if primary is not None:
+        prod = _producers(bp, bd)
+        held = _fact(ad, primary)
+        terms = [held.term] if held is not None else []
+        terms += [g.term for v in primary.operands if isinstance(g := ad.facts.get(v), Holds)]
+        for t in terms:
+            if t.id in prod:
+                before_site = Site.of(prod[t.id], _describe(_fact(bd, prod[t.id]), bp))
+                break
+    frame = _frame_in_common_function(primary, f.op) if primary is not None and primary is not f.op else None
+    after_site = Site.of(primary, _describe(_fact(ad, primary), ap), frame) if primary is not None else None
+    also = (Site.of(f.op),) if f.op is not None and primary is not f.op else ()
+    reason = f.reason if f.op is not None else f"output {j}: {f.reason}"
+    return Finding(reason, before_site, after_site, also, f.expected, f.found)
+
+
+def _subterms(t: Term) -> set[int]:
+    return {s.id for s in t.walk()}
+
+
+def _ops_in_order(p: Program) -> Iterator[Op]:
+    return walk(p.func.body.ops)
+
+
+def _what(op: Op) -> str:
+    """The JAX primitive an op came from (its op_name's last part), else its opcode."""
+    name = op.loc.op_name
+    return name.rsplit("/", 1)[-1] if name else op.opcode
+
+
+def _first_user_with_source(p: Program, op: Op) -> Op | None:
+    """XLA gives constants no metadata: point at the first op that uses the value and has a source line."""
+    frontier = set(op.results)
+    for other in _ops_in_order(p):
+        if any(v in frontier for v in other.operands):
+            if other.loc.frames and not other.regions:
+                return other
+            frontier.update(other.results)
+    return None
+
+
+def _foreign_frontier(t: Term, sync: Sync) -> list[Term]:
+    """The foreign subterms of `t` whose arguments are all reference terms (where the values part ways)."""
+    out = []
+    for node in t.walk():
+        if not sync.synced(node) and all(sync.synced(a) for a in node.args):
+            out.append(node)
+    return out
+
+
+def _constant_like(t: Term) -> bool:
+    """Built from constants and iotas only (no parameter, no loop variable)."""
+    return not any(s.op in ("param", "var") for s in t.walk())
+
+
+def _blame(node: Term, ap: Program, ad: Deriver, sync: Sync, order: dict[int, int]) -> Op | None:
+    """The after op responsible for a frontier term: the op holding it; for a constant lifted from a
+    device-varying value, the first op of that value's chain whose result is already foreign; else the
+    op whose term uses it."""
+    holders = [op for op in _ops_in_order(ap) if not op.regions and (h := _fact(ad, op)) is not None
+               and h.term is node]
+    if holders:
+        return holders[0]
+    v = ad.lifted_from.get(node.id)
+    if v is not None:
+        op = ad.varying_op.get(id(v))
+        while op is not None:
+            earlier = None
+            for u in op.operands:
+                g = ad.facts.get(u)
+                if isinstance(g, Varying) and id(g) in ad.varying_op:
+                    lifted = ad.lift(g)
+                    if isinstance(lifted, Holds) and not sync.synced(lifted.term):
+                        earlier = ad.varying_op[id(g)]
+                        break
+                elif isinstance(g, Holds) and not sync.synced(g.term) and _constant_like(g.term):
+                    producer = next((o for o in _ops_in_order(ap) if u in o.results), None)
+                    earlier = producer
+                    break
+            if earlier is None or earlier is op:
+                return op
+            op = earlier
+    users = [op for op in _ops_in_order(ap) if not op.regions and (h := _fact(ad, op)) is not None
+             and any(a is node for a in h.term.args)]
+    return min(users, key=lambda o: order[id(o)]) if users else None
+
+
+def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, bd: Deriver,
+                      ap: Program, ad: Deriver, sync: Sync) -> Finding:
+    """The earliest after op where output `j`'s term leaves the reference's terms (its frontier)."""
+    order = {id(op): k for k, op in enumerate(_ops_in_order(ap))}
+    blamed = [(op, n) for n in _foreign_frontier(after_term, sync) if (op := _blame(n, ap, ad, sync, order)) is not None]
+    after_op, node = min(blamed, key=lambda b: order[id(b[0])]) if blamed else (None, None)
+    # A block of a value the reference computes whole is no difference yet: the after program goes on
+    # block by block (online softmax, blockwise scans) in a way the prover does not follow.
+    blockwise = node is not None and node.op == "slice" and sync.synced(node.args[0])
+    covered: set[int] = set()
+    for f in ad.facts.values():
+        if isinstance(f, Holds) and sync.synced(f.term):
+            for _ in f.term.walk(covered):
+                pass
+    inside_before = _subterms(before_term)
+    before_op: Op | None = None
+    for op in _ops_in_order(bp):
+        held = _fact(bd, op)
+        if held is None or held.term.id not in inside_before or held.term.id in covered:
+            continue
+        operands = [bd.facts.get(v) for v in op.operands]
+        if all(not isinstance(g, Holds) or g.term.id in covered or not g.term.args for g in operands):
+            before_op = op
+            break
+    if after_op is not None and not after_op.loc.frames:
+        after_op = _first_user_with_source(ap, after_op) or after_op
+    after_site = Site.of(after_op, _describe(_fact(ad, after_op), ap)) if after_op is not None else None
+    before_site = Site.of(before_op, _describe(_fact(bd, before_op), bp)) if before_op is not None else None
+    if after_op is not None and blockwise:
+        reason = (f"output {j} differs from the reference, and the prover follows the program only up to "
+                  f"{_what(after_op)} ({after_site.source if after_site else '?'}): from there it computes a block "
+                  "of a value the reference computes whole and combines the blocks in a way not modelled")
+    elif after_op is not None and before_op is not None:
+        reason = (f"output {j} differs from the reference: the values part ways at {_what(after_op)} "
+                  f"({after_site.source if after_site else '?'}), where the reference computes {_what(before_op)} "
+                  f"({before_site.source if before_site else '?'})")
+    elif after_op is not None:
+        reason = (f"output {j} differs from the reference from {_what(after_op)} "
+                  f"({after_site.source if after_site else '?'}) on: it has no counterpart there")
+    else:
+        reason = f"output {j}: could not prove it equal to the reference"
+    return Finding(reason, before_site, after_site)
+
+
+_MOVEMENT = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "concatenate", "copy"})
+_COLLECTIVES = frozenset({"all_to_all", "all_gather", "all_reduce", "reduce_scatter", "collective_permute"})
+
+
+def localize_blocks(j: int, ap: Program, ad: Deriver, norm: Normaliser) -> Finding | None:
+    """Where a body derived case by case (`cases`, `per_device`) parts ways, after the block comparison
+    (`blockwise.equal`, run with `norm`) failed: the first op computing an exp that overflows, or else whose
+    blocks do not merge although its operands' do; else the op holding the first after-side term the
+    comparison could not match. None when none applies (then the term frontier is used)."""
+    if not ad.case_terms:
+        return None
+    try:
+        return _localize_blocks(j, ap, ad, norm)
+    except GAVE_UP:
+        return None
+
+
+def _localize_blocks(j: int, ap: Program, ad: Deriver, norm: Normaliser) -> Finding | None:
+    ops = [op for op in _ops_in_order(ap) if not op.regions and op.results]
+    producer = {v: op for op in _ops_in_order(ap) for v in op.results}
+
+    def case_term(v: Value, c: int) -> Term | None:
+        terms = ad.case_terms.get(v)
+        if terms is not None:
+            return terms[c]
+        f = ad.facts.get(v)
+        return f.term if isinstance(f, Holds) else None
+
+    def first_making(has: Callable[[Term], object]) -> tuple[Op, object] | None:
+        """The first op (program order) with a case whose term `has` something its operands' terms lack."""
+        for op in ops:
+            for c, t in enumerate(ad.case_terms.get(op.results[0]) or ()):
+                if t is None or not (found := has(norm(t))):
+                    continue
+                if not any(has(norm(u)) for v in op.operands if (u := case_term(v, c)) is not None):
+                    return op, found
+        return None
+
+    if (hit := first_making(norm.overflow_in)) is not None:
+        site = Site.of(hit[0], _describe(_fact(ad, hit[0]), ap))
+        reason = (f"output {j} differs from the reference: {_what(hit[0])} ({site.source}) computes exp(x - c) with c "
+                  "the lowest finite float (a running max's initial value): it overflows to inf. A rescale factor "
+                  "is exp(m_old - m_new), at most 1")
+        return Finding(reason, None, site)
+    if (hit := first_making(norm.unjoined_in)) is not None:
+        return _blocks_finding(j, hit[0], str(hit[1]), ap, ad, producer)
+    if norm.first_failure is None:
+        return None
+    a = norm.first_failure[0]
+    target = norm(a)
+    for op in ops:
+        terms = ad.case_terms.get(op.results[0]) or []
+        if any(t is not None and (t is a or norm(t) is target) for t in terms):
+            source: Op | None = op
+            while source is not None and source.opcode in _MOVEMENT and source.operands:
+                source = producer.get(source.operands[0])  # back through data movement to who made the data
+            if source is not None and source.opcode in _COLLECTIVES:
+                site = Site.of(source, _describe(_fact(ad, source), ap))
+                reason = (f"output {j} differs from the reference: {_what(source)} ({site.source}) delivers the "
+                          f"blocks arranged otherwise than the reference computes them (seen at {_what(op)}, "
+                          f"{Site.of(op).source})")
+                return Finding(reason, None, site, (Site.of(op),))
+            site = Site.of(op, _describe(_fact(ad, op), ap))
+            reason = (f"output {j} differs from the reference: from {_what(op)} ({site.source}) on, the blocks "
+                      "are not those of the reference's values")
+            return Finding(reason, None, site)
+    return None
+
+
+def _blocks_finding(j: int, op: Op, kind: str, ap: Program, ad: Deriver, producer: dict[Value, Op]) -> Finding:
+    site = Site.of(op, _describe(_fact(ad, op), ap))
+    if kind == "misplaced":
+        moved = _last_permute(op, producer)
+        if moved is not None:
+            where = Site.of(moved, _describe(_fact(ad, moved), ap))
+            reason = (f"output {j} differs from the reference: {_what(op)} ({site.source}) combines blocks of one "
+                      f"tensor that are not its consecutive blocks (a block is used where another belongs); the "
+                      f"blocks arrive through {_what(moved)} ({where.source})")
+            return Finding(reason, None, where, (site,))
+        reason = (f"output {j} differs from the reference: {_what(op)} ({site.source}) combines blocks of one "
+                  "tensor that are not its consecutive blocks (a block is used where another belongs)")
+        return Finding(reason, None, site)
+    reason = (f"output {j} differs from the reference: {_what(op)} ({site.source}) adds up blockwise partial "
+              "results that are not on a common scale, so they do not make one reduction over all blocks "
+              "(a rescaling is missing or wrong)")
+    return Finding(reason, None, site)
+
+
+def _last_permute(op: Op, producer: dict[Value, Op]) -> Op | None:
+    """The collective-permute (latest in program order) that `op`'s operands were computed from."""
+    seen: set[int] = set()
+    stack = list(op.operands)
+    found: list[Op] = []
+    while stack:
+        v = stack.pop()
+        src = producer.get(v)
+        if src is None or id(src) in seen:
+            continue
+        seen.add(id(src))
+        if src.opcode == "collective_permute":
+            found.append(src)
+        stack.extend(src.operands)
+    order = {id(o): k for k, o in enumerate(producer.values())}
+    return max(found, key=lambda o: order[id(o)]) if found else None

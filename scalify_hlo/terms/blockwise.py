@@ -1,0 +1,554 @@
+"""Blockwise reductions in one normal form: a reduction done block by block and combined is the reduction
+over the concatenated blocks.
+
+Ring attention computes a softmax over keys no device holds together: per key block a row max, a sum of
+exponentials and a product with the value block, combined online (the running max grows, and what was
+summed against the old max is rescaled by exp(m_old - m_new)). Rewritten bottom up with identities that
+are exact over the reals for finite values, such a term becomes the reduction over the concatenated blocks:
+
+- max(max_k a, max_k b) = max_k concat(a, b);  max(x, -inf) = x;  max(x, finfo.min) = x (x finite)
+- Σ_k a + Σ_k b = Σ_k concat(a, b);  dot(x1, y1) + dot(x2, y2) = dot(concat(x1, x2), concat(y1, y2)) along
+  the contraction;  sums and differences as signed multisets (a - m + m - m' = a - m')
+- (Σ_k a)·z = Σ_k a·z;  dot(x, y)·z = dot(x·z, y) when z varies only along x's kept dims;  0·x = 0 when x
+  cannot overflow (a finite constant, or exp(c - y) with c the lowest finite value: the first rescaling)
+- exp(a)·exp(b) = exp(a + b);  dot(a / z, y) = dot(a, y) / z when z is constant along the contraction
+- blocks side by side are the tensor they are blocks of (`joins.py`), e.g. for a masked tensor
+  concat(select(c, x[w1], f), x[w2], f) = select(concat(c, true), x[w1 ∪ w2], f)
+
+Under a commutative reduction blocks may be put in any order; they are sorted by where they come from
+(the offset of the slice they read), which puts a ring's rotated blocks back in sequence.
+
+This is a fallback for outputs the ordinary proof leaves open. `equal` compares an after term with the
+reference's: equal normal forms; or, where the after term concatenates blocks (one per case of a case
+split, one per expert block an all_to_all brought back), each block against that block of the reference
+(`pushing.push_slice`, `push_take`); or the same op on operands equal in turn (congruence). It never
+makes two different values equal; when it cannot decide it says not proven.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from scalify_hlo.ir.nodes import DotDims, TensorType
+from scalify_hlo.terms.joins import Joins, as_broadcast, block_order, broadcast, follow_dim, is_constant
+from scalify_hlo.terms.pushing import FOLD_LIMIT, constant_value, folded, push_slice, squeeze_units
+from scalify_hlo.terms.slicing import window_along
+from scalify_hlo.terms.table import ELEMENTWISE, Terms
+from scalify_hlo.terms.term import AttrKey, Term, scalar_value
+
+FUEL = 200_000  # rewrites per comparison, then the answer is "not proven"
+DEPTH = 64  # nested block splits and congruence steps per comparison
+_LOWEST = {"f16": float(np.finfo(np.float16).min), "bf16": -3.3895313892515355e38,
+           "f32": float(np.finfo(np.float32).min), "f64": float(np.finfo(np.float64).min)}
+
+
+class _OutOfFuel(Exception):
+    pass
+
+
+# Out of fuel or depth, or a shape this module does not expect: not proven (never a wrong "equal").
+GAVE_UP = (_OutOfFuel, RecursionError, ValueError, IndexError, KeyError, TypeError)
+
+
+def equal(terms: Terms, after: Term, before: Term, norm: Normaliser | None = None) -> bool:
+    """Whether the two terms are equal by the identities above. `after` may be built from blocks that
+    `before` computes at once (one per coordinate of a case split, or per expert block): where `after`
+    concatenates blocks, each block is compared with that block of `before` (`pushing.push_slice`)."""
+    norm = Normaliser(terms) if norm is None else norm
+    try:
+        return _equal(terms, norm, after, before, DEPTH)
+    except GAVE_UP:
+        return False
+
+
+def _equal(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bool:
+    key = (a.id, b.id)
+    known = norm.compared.get(key)
+    if known is None:
+        norm.compared[key] = False  # a cycle back here proves nothing
+        known = norm.compared[key] = _compare(terms, norm, a, b, depth)
+    return known
+
+
+def _compare(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bool:
+    if a is b or norm(a) is norm(b):
+        return True
+    if depth == 0 or a.type != b.type:
+        if norm.first_failure is None:
+            norm.first_failure = (a, b)
+        return False
+    if a.op == "reshape" and (taken := squeeze_units(terms, a)) is not None:
+        return _equal(terms, norm, taken, b, depth - 1)
+    if a.op == "reshape" and a.args[0].op == "concatenate" and (pieces := _reshaped_pieces(terms, a)) is not None:
+        a = pieces
+    if a.op == "concatenate" and b.op != "concatenate":
+        d = int(a.attr("dimension"))
+        start = 0
+        for piece in a.args:
+            m = piece.type.shape[d]
+            block = push_slice(terms, b, *window_along(a.type.shape, d, start, start + m))
+            if not _equal(terms, norm, piece, block, depth - 1):
+                return False
+            start += m
+        return True
+    # Congruence: the same op on equal operands (each pair compared the same way).
+    na, nb = norm(a), norm(b)
+    if na.op == nb.op and na.attrs == nb.attrs and len(na.args) == len(nb.args) and na.args:
+        return all(_equal(terms, norm, x, y, depth - 1) for x, y in zip(na.args, nb.args, strict=True))
+    if norm.first_failure is None:
+        norm.first_failure = (a, b)
+    return False
+
+
+def _reshaped_pieces(terms: Terms, t: Term) -> Term | None:
+    """reshape(concat(p_i) along 0) as concat(reshape(p_i)) along 0, when the reshape keeps the leading
+    dim's blocks whole (row-major: each piece's rows stay together)."""
+    (c,) = t.args
+    if c.attr("dimension") != 0 or t.type.rank == 0:
+        return None
+    rows = int(np.prod(c.type.shape[1:], dtype=np.int64))
+    inner = int(np.prod(t.type.shape[1:], dtype=np.int64))
+    pieces: list[Term] = []
+    for p in c.args:
+        size = p.type.shape[0] * rows
+        if size % inner:
+            return None
+        pieces.append(terms.apply("reshape", (p,), (), TensorType((size // inner, *t.type.shape[1:]), p.type.dtype)))
+    return terms.mk("concatenate", tuple(pieces), (("dimension", 0),), t.type)
+
+
+# -- the normaliser ------------------------------------------------------------------------------------
+
+Rule = Callable[[tuple[Term, ...], AttrKey, TensorType], "Term | None"]
+
+
+class Normaliser(Joins):
+    """Rewrites terms bottom up to the normal form of the module docstring (memoised per term)."""
+
+    def __init__(self, terms: Terms) -> None:
+        self.terms = terms
+        self.memo: dict[int, Term] = {}
+        self.compared: dict[tuple[int, int], bool] = {}  # (after, before) term ids -> shown equal
+        # For localisation: concatenations that merging blocks left behind ("misplaced": slices of one
+        # tensor that are not consecutive; "unscaled": blocks that differ otherwise, e.g. in their shift),
+        # and the first pair of terms a comparison could not match.
+        self.unjoined: dict[int, str] = {}
+        self.overflowing: set[int] = set()  # exp(x - c), c the lowest finite value: inf
+        self.first_failure: tuple[Term, Term] | None = None
+        self._merging = 0
+        self.fuel = FUEL
+        self._params: dict[int, tuple[int, ...]] = {}
+        self.rules: dict[str, Rule] = {
+            "add": self._linear_rule("add"),
+            "concatenate": self._concatenate,
+            "dot_general": self._dot_general,
+            "exponential": self._exponential,
+            "maximum": self._maximum,
+            "multiply": self._multiply,
+            "slice": self._slice,
+            "subtract": self._linear_rule("subtract"),
+        }
+
+    def __call__(self, t: Term) -> Term:
+        hit = self.memo.get(t.id)
+        if hit is not None:
+            return hit
+        self.fuel -= 1
+        if self.fuel < 0:
+            raise _OutOfFuel
+        r = t
+        if t.op == "iota" and t.type.size <= FOLD_LIMIT and (value := constant_value(t)) is not None:
+            r = folded(self.terms, value, t.type)
+        elif t.args:
+            args = tuple(self(a) for a in t.args)
+            r = self.rewrite(t.op, args, t.attrs, t.type)
+            if r is not t and r.id not in self.memo:
+                r = self(r)
+        self.memo[t.id] = r
+        self.memo[r.id] = r
+        return r
+
+    def make(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
+        return self(self.terms.apply(op, args, attrs, type))
+
+    def rewrite(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
+        if op not in ("constant", "reduce") and type.size <= FOLD_LIMIT and all(is_constant(a) for a in args):
+            t = self.terms.apply(op, args, attrs, type)
+            value = constant_value(t)
+            if value is not None:
+                return folded(self.terms, value, type)
+        rule = self.rules.get(op)
+        if rule is not None and (out := rule(args, attrs, type)) is not None:
+            return out
+        if op in ELEMENTWISE and (out := self._sink_transpose(op, args, attrs, type)) is not None:
+            return out
+        return self.terms.apply(op, args, attrs, type)
+
+    # -- slices -------------------------------------------------------------------------------------
+    def _slice(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        """A slice that reaches into a concatenation (a piece another device sent) is moved inward."""
+        (x,) = args
+        a = dict(attrs)
+        if any(s != 1 for s in a.get("strides") or ()) or not _reads_concat(x):
+            return None
+        moved = push_slice(self.terms, x, tuple(a["start_indices"]), tuple(a["limit_indices"]))
+        return None if moved.op == "slice" and moved.args == (x,) else moved
+
+    # -- maximum -------------------------------------------------------------------------------------
+    def _maximum(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        flat = [x for a in args for x in _flatten(a, "maximum")]
+        atoms = flat
+        if type.dtype in _LOWEST:
+            # At or below the lowest finite value, a constant is the identity of max over finite values.
+            low = [a for a in atoms if (c := scalar_value(a)) is not None and c <= _LOWEST[type.dtype]]
+            if low and len(low) < len(atoms):
+                atoms = [a for a in atoms if a not in low]
+        merged = self._merge_reductions(atoms, "max")
+        if merged is None and len(atoms) == len(flat):
+            return None
+        atoms = merged if merged is not None else atoms
+        unique = sorted({a.id: a for a in atoms}.values(), key=lambda a: a.id)
+        out = unique[0]
+        for a in unique[1:]:
+            out = self.terms.apply("maximum", (out, a), (), type)
+        return out
+
+    def _merge_reductions(self, atoms: list[Term], reducer: str) -> list[Term] | None:
+        """Reductions over one dim of same-shaped operands, merged into one reduction of their
+        concatenation (blocks sorted by origin); None if there is nothing to merge."""
+        grouped = _groups(atoms, lambda a: (a.attrs, a.type, a.args[1].id) if _single_reduce(a, reducer) else None)
+        if grouped is None:
+            return None
+        out, groups = grouped
+        for g in groups:
+            (d,) = g[0].attr("dimensions")
+            pieces = sorted((p for r in g for p in self._split(r.args[0], d)), key=lambda x: block_order(x, d))
+            whole = self.merged(pieces, d)
+            out.append(self.make("reduce", (whole, g[0].args[1]), g[0].attrs, g[0].type))
+        return out
+
+    # -- sums ----------------------------------------------------------------------------------------
+    def _linear_rule(self, op: str) -> Rule:
+        def rule(args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+            if not _is_float(type):
+                return None
+            form: dict[int, tuple[Term, int]] = {}
+            signs = (1, -1) if op == "subtract" else (1, 1)
+            for a, s in zip(args, signs, strict=True):
+                for atom, c in self._linear(a).values():
+                    _accumulate(form, atom, s * c)
+            atoms = [(t, c) for t, c in form.values() if c != 0]
+            positive = [t for t, c in atoms if c > 0 for _ in range(c)]
+            for kind in ("sum", "dot"):
+                merged = self._merge_sums(positive, kind)
+                if merged is not None:
+                    positive = merged
+            negative = [t for t, c in atoms if c < 0 for _ in range(-c)]
+            return self._rebuild(positive, negative, type)
+        return rule
+
+    def _linear(self, t: Term) -> dict[int, tuple[Term, int]]:
+        """`t` as a signed multiset of atoms (through add, subtract, x·(-1) and broadcasts of them)."""
+        form: dict[int, tuple[Term, int]] = {}
+        if scalar_value(t) == 0.0:
+            return form
+        if t.op in ("add", "subtract"):
+            for a, s in zip(t.args, (1, -1) if t.op == "subtract" else (1, 1), strict=True):
+                for atom, c in self._linear(a).values():
+                    _accumulate(form, atom, s * c)
+            return form
+        if t.op == "multiply" and scalar_value(t.args[1]) == -1.0:
+            return {k: (atom, -c) for k, (atom, c) in self._linear(t.args[0]).items()}
+        view = as_broadcast(t) if scalar_value(t) is None else None
+        if view is not None and view[0].op in ("add", "subtract", "multiply"):
+            inner = self._linear(view[0])
+            if len(inner) > 1 or any(c != 1 for _, c in inner.values()):
+                for atom, c in inner.values():
+                    _accumulate(form, broadcast(self, atom, view[1], t.type.shape), c)
+                return form
+        _accumulate(form, t, 1)
+        return form
+
+    def _rebuild(self, positive: list[Term], negative: list[Term], type: TensorType) -> Term:
+        def total(ts: list[Term]) -> Term | None:
+            out: Term | None = None
+            for a in sorted(ts, key=lambda a: a.id):
+                out = a if out is None else self.terms.apply("add", (out, a), (), type)
+            return out
+
+        pos, neg = total(positive), total(negative)
+        if pos is None and neg is None:
+            return self.terms.splat(0.0, type)
+        if neg is None:
+            assert pos is not None
+            return pos
+        if pos is None:
+            return self.terms.apply("multiply", (neg, self.terms.splat(-1.0, type)), (), type)
+        return self.terms.apply("subtract", (pos, neg), (), type)
+
+    def _merge_sums(self, atoms: list[Term], kind: str) -> list[Term] | None:
+        if kind == "sum":
+            return self._merge_reductions(atoms, "sum")
+        def key(a: Term) -> tuple[Any, ...] | None:
+            dims = a.attr("dot_dimension_numbers")
+            if a.op == "dot_general" and isinstance(dims, DotDims) and len(dims.lhs_contract) == 1:
+                return (a.attrs, a.type, a.args[0].type.rank, a.args[1].type.rank)
+            return None
+
+        grouped = _groups(atoms, key)
+        if grouped is None:
+            return None
+        out, groups = grouped
+        for g in groups:
+            dims = g[0].attr("dot_dimension_numbers")
+            (cl,), (cr,) = dims.lhs_contract, dims.rhs_contract
+            pairs = [p for d in g for p in self._dot_pieces(d, cl, cr)]
+            pairs.sort(key=lambda p: min(block_order(p[0], cl), block_order(p[1], cr)))
+            lhs = self.merged([p[0] for p in pairs], cl)
+            rhs = self.merged([p[1] for p in pairs], cr)
+            out.append(self.make("dot_general", (lhs, rhs), g[0].attrs, g[0].type))
+        return out
+
+    def _dot_pieces(self, d: Term, cl: int, cr: int) -> list[tuple[Term, Term]]:
+        """dot(x, y) as the pairs of its blocks along the contraction, cut where either operand is a
+        concatenation of blocks merged earlier (each pair then sorts on its own)."""
+        x, y = d.args
+        cuts = sorted(set(_cuts(x, cl)) | set(_cuts(y, cr)))
+        if not cuts:
+            return [(x, y)]
+        bounds = [0, *cuts, x.type.shape[cl]]
+        return [(self._window(x, cl, a, b), self._window(y, cr, a, b)) for a, b in pairwise(bounds)]
+
+    def _split(self, x: Term, d: int) -> list[Term]:
+        """`x` as its blocks along `d`, where it is a concatenation of blocks merged earlier."""
+        cuts = _cuts(x, d)
+        bounds = [0, *cuts, x.type.shape[d]]
+        return [self._window(x, d, a, b) for a, b in pairwise(bounds)] if cuts else [x]
+
+    def _window(self, x: Term, d: int, a: int, b: int) -> Term:
+        return self(push_slice(self.terms, x, *window_along(x.type.shape, d, a, b)))
+
+    def _exponential(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        (e,) = args
+        out = self.terms.apply("exponential", args, attrs, type)
+        if e.op == "subtract" and scalar_value(e.args[0]) is None and type.dtype in _LOWEST:
+            c = scalar_value(e.args[1])
+            if c is not None and c <= _LOWEST[type.dtype]:
+                self.overflowing.add(out.id)  # a running max's initial value subtracted the wrong way round
+        return out
+
+    def overflow_in(self, t: Term) -> bool:
+        return any(s.id in self.overflowing for s in t.walk())
+
+    # -- products ------------------------------------------------------------------------------------
+    def _multiply(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        if not _is_float(type):
+            return None
+        a, b = args
+        for zero, x in ((a, b), (b, a)):
+            if scalar_value(zero) == 0.0 and _bounded(x):
+                return self.terms.splat(0.0, type)
+        ea, eb = _exponent(self, a), _exponent(self, b)
+        if ea is not None and eb is not None:
+            total = self.make("add", (ea, eb), (), type)
+            return self.make("exponential", (total,), (), type)
+        for r, z in ((a, b), (b, a)):
+            if _single_reduce(r, "sum") and scalar_value(z) is None:
+                x = r.args[0]
+                (dim,) = r.attr("dimensions")
+                kept = tuple(j for j in range(x.type.rank) if j != dim)
+                zb = self.make("broadcast_in_dim", (z,), (("broadcast_dimensions", kept),), x.type)
+                inner = self.make("multiply", (x, zb), (), x.type)
+                return self.make("reduce", (inner, r.args[1]), r.attrs, r.type)
+        for dt, z in ((a, b), (b, a)):
+            if dt.op == "dot_general" and as_broadcast(z) is not None and scalar_value(z) is None:
+                pushed = self._into_dot(dt, z, "multiply")
+                if pushed is not None:
+                    return pushed
+        return None
+
+    def _into_dot(self, dt: Term, z: Term, op: str) -> Term | None:
+        """dot(x, y) op bcast(z) = dot(x op bcast'(z), y) when z's dims are dims x keeps (batch or free)."""
+        dims: DotDims = dt.attr("dot_dimension_numbers")
+        x, y = dt.args
+        nb = len(dims.lhs_batch)
+        lfree = [j for j in range(x.type.rank) if j not in (*dims.lhs_batch, *dims.lhs_contract)]
+        rfree = [j for j in range(y.type.rank) if j not in (*dims.rhs_batch, *dims.rhs_contract)]
+        view = as_broadcast(z)
+        assert view is not None
+        zsrc, zdims = view
+        for side, (operand, batch, free, first) in enumerate(((x, dims.lhs_batch, lfree, nb),
+                                                              (y, dims.rhs_batch, rfree, nb + len(lfree)))):
+            mapped: list[int] = []
+            for r in zdims:
+                if r < nb:
+                    mapped.append(batch[r])
+                elif first <= r < first + len(free):
+                    mapped.append(free[r - first])
+                else:
+                    break
+            else:
+                if mapped != sorted(mapped):
+                    continue
+                zb = broadcast(self, zsrc, tuple(mapped), operand.type.shape)
+                inner = self.make(op, (operand, zb), (), operand.type)
+                pair = (inner, y) if side == 0 else (x, inner)
+                return self.make("dot_general", pair, dt.attrs, dt.type)
+        return None
+
+    def _dot_general(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        dims = dict(attrs).get("dot_dimension_numbers")
+        if not isinstance(dims, DotDims):
+            return None
+        x, y = args
+        for side, q in enumerate(args):
+            view = as_broadcast(q.args[1]) if q.op == "divide" and scalar_value(q.args[1]) is None else None
+            if view is not None:
+                mapped = self._divide_dims(dims, type, side, q, view[1])
+                if mapped is not None:
+                    pair = (q.args[0], y) if side == 0 else (x, q.args[0])
+                    inner = self.make("dot_general", pair, attrs, type)
+                    return self.make("divide", (inner, broadcast(self, view[0], mapped, type.shape)), (), type)
+        if self._params_of(x) > self._params_of(y):
+            # One orientation: the operand reading the earlier parameters on the left, the result transposed.
+            swapped = DotDims(dims.rhs_batch, dims.lhs_batch, dims.rhs_contract, dims.lhs_contract)
+            nb = len(dims.lhs_batch)
+            nl = x.type.rank - nb - len(dims.lhs_contract)
+            nr = y.type.rank - nb - len(dims.rhs_contract)
+            shape = type.shape[:nb] + type.shape[nb + nl:] + type.shape[nb:nb + nl]
+            inner = self.make("dot_general", (y, x), _with_dims(attrs, swapped), TensorType(shape, type.dtype))
+            perm = tuple(range(nb)) + tuple(nb + nr + j for j in range(nl)) + tuple(nb + j for j in range(nr))
+            return self.make("transpose", (inner,), (("permutation", perm),), type)
+        return None
+
+    def _divide_dims(self, dims: DotDims, type: TensorType, side: int, q: Term, zdims: tuple[int, ...]
+                     ) -> tuple[int, ...] | None:
+        """For dot(a / bcast(z), y) = dot(a, y) / bcast'(z): where z's dims land in the result (None when z
+        varies along the contraction)."""
+        batch, contract = (dims.lhs_batch, dims.lhs_contract) if side == 0 else (dims.rhs_batch, dims.rhs_contract)
+        nb = len(dims.lhs_batch)
+        free = [j for j in range(q.type.rank) if j not in (*batch, *contract)]
+        # the result is [batch, lhs free, rhs free]
+        first = nb if side == 0 else type.rank - len(free)
+        mapped: list[int] = []
+        for j in zdims:
+            if j in contract:
+                return None
+            mapped.append(batch.index(j) if j in batch else first + free.index(j))
+        return tuple(mapped) if mapped == sorted(mapped) else None
+
+    def _params_of(self, t: Term) -> tuple[int, ...]:
+        hit = self._params.get(t.id)
+        if hit is None:
+            hit = tuple(sorted({int(s.attr("index")) for s in t.walk() if s.op == "param"}))
+            self._params[t.id] = hit
+        return hit
+
+    # -- movement ------------------------------------------------------------------------------------
+    def _sink_transpose(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        """op(transpose(x, p), bcast(z)) = transpose(op(x, bcast'(z)), p): transposes outermost."""
+        moved = [a for a in args if a.op == "transpose"]
+        if not moved or any(a.attrs != moved[0].attrs for a in moved):
+            return None
+        perm = tuple(moved[0].attr("permutation"))
+        inner_shape = moved[0].args[0].type.shape
+        inner: list[Term] = []
+        for a in args:
+            if a.op == "transpose":
+                inner.append(a.args[0])
+            elif (c := scalar_value(a)) is not None:
+                inner.append(self.terms.splat(c, TensorType(inner_shape, a.type.dtype)))
+            elif (view := as_broadcast(a)) is not None:
+                mapped = tuple(perm[d] for d in view[1])
+                if list(mapped) != sorted(mapped):
+                    return None
+                inner.append(self.terms.apply("broadcast_in_dim", (view[0],), (("broadcast_dimensions", mapped),),
+                                              TensorType(inner_shape, a.type.dtype)))
+            else:
+                return None
+        body = self.make(op, tuple(inner), attrs, TensorType(inner_shape, type.dtype))
+        return self.make("transpose", (body,), (("permutation", perm),), type)
+
+def _groups(atoms: list[Term], key: Callable[[Term], tuple[Any, ...] | None]
+            ) -> tuple[list[Term], list[list[Term]]] | None:
+    """The atoms that share a key with another (to be merged), apart from the rest; None if none do."""
+    by_key: dict[tuple[Any, ...], list[Term]] = {}
+    for a in atoms:
+        if (k := key(a)) is not None:
+            by_key.setdefault(k, []).append(a)
+    groups = [g for g in by_key.values() if len(g) >= 2]
+    if not groups:
+        return None
+    merging = {a.id for g in groups for a in g}
+    return [a for a in atoms if a.id not in merging], groups
+
+
+def _cuts(t: Term, dim: int) -> list[int]:
+    """Where `t` is cut into concatenated blocks along `dim`: the inner boundaries of the first
+    concatenation along that dim it is made of."""
+    for s, k in follow_dim(t, dim):
+        if s.op == "concatenate" and s.attr("dimension") == k:
+            return [int(c) for c in np.cumsum([p.type.shape[k] for p in s.args])[:-1]]
+    return []
+
+
+def _reads_concat(t: Term, depth: int = 8) -> bool:
+    """Whether a concatenation is within `depth` ops of `t` (through ops a slice can move into)."""
+    if t.op == "concatenate":
+        return True
+    if depth == 0 or not (t.op in ELEMENTWISE or t.op in ("transpose", "broadcast_in_dim", "dot_general", "reshape")):
+        return False
+    return any(_reads_concat(a, depth - 1) for a in t.args)
+
+
+def _bounded(t: Term) -> bool:
+    """Whether `t` is finite whenever its inputs are: a finite constant, or exp(c - y) with c at or below
+    the lowest finite value (the exponent is not positive; its exp cannot overflow). Only then is 0·t = 0:
+    exp(y - c) overflows to inf, and 0·inf is NaN."""
+    if (c := scalar_value(t)) is not None:
+        return bool(np.isfinite(c))
+    while (view := as_broadcast(t)) is not None:
+        t = view[0]
+    if t.op != "exponential" or t.args[0].op != "subtract":
+        return False
+    low = scalar_value(t.args[0].args[0])
+    return low is not None and low <= _LOWEST.get(t.type.dtype, -np.inf)
+
+
+def _exponent(n: Normaliser, t: Term) -> Term | None:
+    """`e` when `t` is exp(e), or a broadcast of one (then `e` broadcast alike)."""
+    if t.op == "exponential":
+        return t.args[0]
+    view = as_broadcast(t)
+    if view is not None and view[0].op == "exponential":
+        (e,) = view[0].args
+        return broadcast(n, e, view[1], t.type.shape)
+    return None
+
+
+def _with_dims(attrs: AttrKey, dims: DotDims) -> AttrKey:
+    return tuple((k, dims if k == "dot_dimension_numbers" else v) for k, v in attrs)
+
+
+def _single_reduce(t: Term, reducer: str) -> bool:
+    return (t.op == "reduce" and len(t.args) == 2 and t.attr("reducer") == reducer
+            and len(t.attr("dimensions")) == 1)
+
+
+def _flatten(t: Term, op: str) -> list[Term]:
+    return [x for a in t.args for x in _flatten(a, op)] if t.op == op else [t]
+
+
+def _accumulate(form: dict[int, tuple[Term, int]], atom: Term, c: int) -> None:
+    _, old = form.get(atom.id, (atom, 0))
+    form[atom.id] = (atom, old + c)
+
+
+def _is_float(type: TensorType) -> bool:
+    return type.dtype.startswith(("f", "bf"))
+
+

@@ -1,0 +1,159 @@
+"""Chains of reshapes and transposes in one normal form, so equal data movements meet as one term.
+
+A chain of reshapes and transposes only permutes the elements of its root. We track that permutation
+symbolically: the root's dims are cut into *digits* (mixed-radix factors, refined whenever a reshape
+cuts through one), and every dim of the result is a run of digits. The normal form is
+
+    reshape(transpose(reshape(root, digits), order), result shape)
+
+with the digits coalesced wherever they stay adjacent, and trivial steps left out. Two chains that move
+the same elements the same way get the same normal form; a chain that moves nothing is its root. The
+cost is linear in the number of dims, never in the number of elements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scalify_hlo.ir.nodes import TensorType
+from scalify_hlo.terms.term import Term
+
+if TYPE_CHECKING:
+    from scalify_hlo.terms.table import Terms
+
+MOVEMENT = frozenset({"reshape", "transpose"})
+
+
+@dataclass
+class _Chain:
+    root: Term
+    sizes: dict[int, int]
+    root_dims: list[list[int]]  # the root's dims as digit runs (refined as needed)
+    dims: list[list[int]]  # the current value's dims as digit runs
+    next_id: int
+
+    @staticmethod
+    def of(root: Term) -> _Chain:
+        sizes: dict[int, int] = {}
+        root_dims: list[list[int]] = []
+        for i, n in enumerate(root.type.shape):
+            if n == 1:
+                root_dims.append([])
+            else:
+                sizes[i] = n
+                root_dims.append([i])
+        return _Chain(root, sizes, root_dims, [list(d) for d in root_dims], len(root.type.shape))
+
+    def transpose(self, perm: tuple[int, ...]) -> None:
+        self.dims = [self.dims[p] for p in perm]
+
+    def _split(self, digit: int, major: int) -> tuple[int, int]:
+        """Cut `digit` into a major part of size `major` and the minor rest, everywhere it occurs."""
+        a, b = self.next_id, self.next_id + 1
+        self.next_id += 2
+        size = self.sizes.pop(digit)
+        self.sizes[a], self.sizes[b] = major, size // major
+        for runs in (self.root_dims, self.dims):
+            for run in runs:
+                if digit in run:
+                    i = run.index(digit)
+                    run[i:i + 1] = [a, b]
+        return a, b
+
+    def reshape(self, shape: tuple[int, ...]) -> bool:
+        flat = [d for run in self.dims for d in run]
+        out: list[list[int]] = []
+        k = 0
+        for n in shape:
+            run: list[int] = []
+            have = 1
+            while have < n:
+                if k >= len(flat):
+                    return False
+                d = flat[k]
+                size = self.sizes[d]
+                if have * size <= n:
+                    run.append(d)
+                    have *= size
+                    k += 1
+                    continue
+                if n % have or size % (n // have):
+                    return False
+                a, b = self._split(d, n // have)
+                flat[k:k + 1] = [a, b]
+                run.append(a)
+                have = n
+                k += 1
+            if have != n:
+                return False
+            out.append(run)
+        if k != len(flat):
+            return False
+        self.dims = out
+        return True
+
+    def normal_form(self, terms: Terms, out: TensorType) -> Term:
+        root = self.root
+        order = [d for run in self.root_dims for d in run]
+        flat = [d for run in self.dims for d in run]
+        # Coalesce digits adjacent in the root, in the result, and inside one dim of each.
+        root_dim_of = {d: i for i, run in enumerate(self.root_dims) for d in run}
+        out_dim_of = {d: i for i, run in enumerate(self.dims) for d in run}
+        groups: list[list[int]] = []
+        for d in order:
+            if groups:
+                last = groups[-1][-1]
+                pos = flat.index(last)
+                if (pos + 1 < len(flat) and flat[pos + 1] == d and root_dim_of[last] == root_dim_of[d]
+                        and out_dim_of[last] == out_dim_of[d]):
+                    groups[-1].append(d)
+                    continue
+            groups.append([d])
+        fine = [1] * len(groups)
+        for i, g in enumerate(groups):
+            for d in g:
+                fine[i] *= self.sizes[d]
+        first = {g[0]: i for i, g in enumerate(groups)}
+        perm = tuple(first[d] for d in flat if d in first)
+        if perm == tuple(range(len(perm))):
+            if out.shape == root.type.shape:
+                return root
+            return terms.mk("reshape", (root,), (), out)
+        dtype = root.type.dtype
+        x = root
+        if tuple(fine) != root.type.shape:
+            x = terms.mk("reshape", (x,), (), TensorType(tuple(fine), dtype))
+        moved = TensorType(tuple(fine[p] for p in perm), dtype)
+        x = terms.mk("transpose", (x,), (("permutation", perm),), moved)
+        if moved.shape != out.shape:
+            x = terms.mk("reshape", (x,), (), out)
+        return x
+
+
+def _chain(t: Term) -> _Chain | None:
+    """The chain of movements ending in `t` (whose root is the first non-movement term)."""
+    steps: list[Term] = []
+    x = t
+    while x.op in MOVEMENT:
+        steps.append(x)
+        x = x.args[0]
+    chain = _Chain.of(x)
+    for s in reversed(steps):
+        if s.op == "transpose":
+            chain.transpose(tuple(s.attr("permutation")))
+        elif not chain.reshape(s.type.shape):
+            return None
+    return chain
+
+
+def normalize(terms: Terms, op: str, x: Term, attrs: dict[str, object], out: TensorType) -> Term | None:
+    """The normal form of `op(x)` (a reshape or transpose), or None to keep it as it is."""
+    chain = _chain(x)
+    if chain is None:
+        return None
+    if op == "transpose":
+        chain.transpose(tuple(attrs["permutation"]))  # type: ignore[arg-type]
+    elif not chain.reshape(out.shape):
+        return None
+    return chain.normal_form(terms, out)

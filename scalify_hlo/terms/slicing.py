@@ -1,0 +1,140 @@
+"""Slices in one normal form: outermost, so that work done slice by slice meets work done at once.
+
+An unrolled loop over microbatches (`for m: y[m] = f(x[m])`, then `stack`) computes the same as `f(x)`
+when `f` treats the sliced dim as a batch dim. Moving every slice outward, through elementwise ops and
+through dot_general along a free dim, turns each `f(x[m])` into `f(x)[m]`; consecutive slices of one
+tensor, concatenated, are that tensor. All of it is exact. (Reshapes and broadcasts already go outward:
+`terms._sink_movement`.)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scalify_hlo.ir.nodes import DotDims, TensorType
+from scalify_hlo.terms.term import peel, scalar_value
+
+if TYPE_CHECKING:
+    from scalify_hlo.terms.table import Terms
+    from scalify_hlo.terms.term import AttrKey, Term
+
+
+def _unit_strides(t: Term) -> bool:
+    return all(s == 1 for s in (t.attr("strides") or ()))
+
+
+def _window(t: Term) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return tuple(t.attr("start_indices")), tuple(t.attr("limit_indices"))
+
+
+def slice_of(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]) -> Term:
+    shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
+    attrs = (("limit_indices", hi), ("start_indices", lo), ("strides", (1,) * len(lo)))
+    return terms.apply("slice", (x,), attrs, TensorType(shape, x.type.dtype))
+
+
+def window_along(shape: tuple[int, ...], dim: int, a: int, b: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The window `[a, b)` along `dim`, the other dims whole: (lo, hi)."""
+    return (tuple(a if k == dim else 0 for k in range(len(shape))),
+            tuple(b if k == dim else n for k, n in enumerate(shape)))
+
+
+def slice_along(terms: Terms, x: Term, dim: int, a: int, b: int) -> Term:
+    return slice_of(terms, x, *window_along(x.type.shape, dim, a, b))
+
+
+def pull_elementwise(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+    """op(x[s], y[s], splat) = op(x, y, splat)[s]."""
+    sliced = [a for a in args if a.op == "slice" and scalar_value(a) is None]
+    if not sliced or not all(_unit_strides(a) for a in sliced):
+        return None
+    first = sliced[0]
+    src = first.args[0].type.shape
+    if any(a.attrs != first.attrs or a.args[0].type.shape != src for a in sliced):
+        return None
+    inner = peel(terms, args, sliced, src)
+    if inner is None:
+        return None
+    whole = terms.apply(op, inner, attrs, TensorType(src, type.dtype))
+    lo, hi = _window(first)
+    return slice_of(terms, whole, lo, hi)
+
+
+def _unsliced(t: Term) -> tuple[Term, tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """`t` as `squeeze(x[lo:hi])`: (x, lo, hi, the squeezed dims of the slice), or None."""
+    squeezed: tuple[int, ...] = ()
+    s = t
+    if t.op == "reshape" and t.args[0].op == "slice":
+        s = t.args[0]
+        squeezed = tuple(i for i, (a, b) in enumerate(zip(*_window(s), strict=True))
+                         if b - a == 1 and s.args[0].type.shape[i] > 1)
+        if tuple(n for i, n in enumerate(s.type.shape) if i not in squeezed) != t.type.shape:
+            return None
+    if s.op != "slice" or not _unit_strides(s):
+        return None
+    lo, hi = _window(s)
+    return s.args[0], lo, hi, squeezed
+
+
+def pull_dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    """dot(x[s], w) = dot(x, w)[s'] when the slice only cuts free dims of x (a microbatch of x)."""
+    dims = a.get("dot_dimension_numbers")
+    if not isinstance(dims, DotDims):
+        return None
+    for side in (0, 1):
+        found = _unsliced(args[side])
+        if found is None:
+            continue
+        x, lo, hi, squeezed = found
+        kept = [i for i in range(x.type.rank) if i not in squeezed]  # operand dim k is x dim kept[k]
+        batch, contract = (dims.lhs_batch, dims.lhs_contract) if side == 0 else (dims.rhs_batch, dims.rhs_contract)
+        fixed = {kept[k] for k in (*batch, *contract)}
+        cut = [i for i in range(x.type.rank) if (lo[i], hi[i]) != (0, x.type.shape[i])]
+        if any(i in fixed for i in cut):
+            continue
+        mb, mc = tuple(kept[k] for k in batch), tuple(kept[k] for k in contract)
+        new = DotDims(mb, dims.rhs_batch, mc, dims.rhs_contract) if side == 0 else \
+            DotDims(dims.lhs_batch, mb, dims.lhs_contract, mc)
+        operands = (x, args[1]) if side == 0 else (args[0], x)
+        lt, rt = operands[0].type, operands[1].type
+        lfree = [i for i in range(lt.rank) if i not in (*new.lhs_batch, *new.lhs_contract)]
+        rfree = [i for i in range(rt.rank) if i not in (*new.rhs_batch, *new.rhs_contract)]
+        shape = (tuple(lt.shape[i] for i in new.lhs_batch) + tuple(lt.shape[i] for i in lfree)
+                 + tuple(rt.shape[i] for i in rfree))
+        whole = terms.apply("dot_general", operands, (("dot_dimension_numbers", new), *_other(a)),
+                            TensorType(shape, type.dtype))
+        # where each dim of x landed in the result (x's free dims, in order, after the batch dims)
+        free = lfree if side == 0 else rfree
+        offset = len(new.lhs_batch) + (0 if side == 0 else len(lfree))
+        out_lo = [0] * len(shape)
+        out_hi = list(shape)
+        for i in cut:
+            j = offset + free.index(i)
+            out_lo[j], out_hi[j] = lo[i], hi[i]
+        part = slice_of(terms, whole, tuple(out_lo), tuple(out_hi))
+        return part if part.type == type else terms.apply("reshape", (part,), (), type)
+    return None
+
+
+def _other(a: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple((k, v) for k, v in a.items() if k != "dot_dimension_numbers")
+
+
+def join_slices(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    """concatenate(x[a:b], x[b:c], ...) along d = x[a:c]."""
+    d = a.get("dimension")
+    if d is None or not args or any(t.op != "slice" or not _unit_strides(t) for t in args):
+        return None
+    x = args[0].args[0]
+    if any(t.args[0] is not x for t in args):
+        return None
+    lo, hi = _window(args[0])
+    end = hi[d]
+    for t in args[1:]:
+        tlo, thi = _window(t)
+        same_elsewhere = all(tlo[i] == lo[i] and thi[i] == hi[i] for i in range(len(lo)) if i != d)
+        if not same_elsewhere or tlo[d] != end:
+            return None
+        end = thi[d]
+    new_hi = tuple(end if i == d else h for i, h in enumerate(hi))
+    return slice_of(terms, x, lo, new_hi)

@@ -1,0 +1,408 @@
+"""Global terms: what a value means on the single-device program, hash-consed and canonicalised.
+
+Both programs are read into one table of terms. A before-value is the term of its op; an after-value
+*holds* a term under a layout (`facts.Holds`). When the partitioner kept the structure, the after
+program's terms are the very same objects as the before program's, and no e-graph is needed. The smart
+constructor `Terms.apply` normalises what is exactly equal and cheap to see (identity transposes and
+reshapes, composed transposes/broadcasts, operand order of commutative ops, splat constants, HLO `dot`
+as `dot_general`); everything else is left to egglog (`rules/algebra.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from scalify_hlo.ir.dtypes import numpy_dtype
+from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
+from scalify_hlo.terms import ranges, slicing
+from scalify_hlo.terms.movement import normalize
+from scalify_hlo.terms.ranges import Interval
+from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
+
+COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
+_UNIT = {"add": (0.0, (0, 1)), "subtract": (0.0, (1,)), "multiply": (1.0, (0, 1)), "divide": (1.0, (1,))}
+ELEMENTWISE = frozenset({
+    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "convert", "cosine", "divide", "erf",
+    "exponential", "exponential_minus_one", "floor", "is_finite", "log", "log_plus_one", "logistic", "maximum",
+    "minimum", "multiply", "negate", "not", "or", "power", "remainder", "round_nearest_afz", "round_nearest_even",
+    "rsqrt", "select", "sign", "sine", "sqrt", "square", "subtract", "tan", "tanh", "xor",
+})
+
+
+class Terms:
+    """The intern table. `mk` interns exactly; `apply` canonicalises first."""
+
+    def __init__(self, assume: Mapping[str, Interval] | None = None) -> None:
+        self._table: dict[tuple[Any, ...], Term] = {}
+        self.assume = dict(assume or {})  # input name -> inclusive range its values are promised to lie in
+        self.intervals: dict[int, Interval | None] = {}  # term id -> range (`ranges.interval`'s cache)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def mk(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
+        key = (op, tuple(a.id for a in args), attrs, type)
+        t = self._table.get(key)
+        if t is None:
+            t = Term(len(self._table), op, args, attrs, type)
+            self._table[key] = t
+        return t
+
+    # -- leaves ---------------------------------------------------------------------------------------
+    def param(self, index: int, type: TensorType, name: str = "") -> Term:
+        t = self.mk("param", (), (("index", index), ("name", name)), type)
+        if name in self.assume:
+            self.intervals[t.id] = self.assume[name]
+        return t
+
+    def fresh(self, label: str, type: TensorType) -> Term:
+        """A leaf that equals nothing else (loop variables of an induction step)."""
+        return self.mk("var", (), (("label", label),), type)
+
+    def constant(self, lit: Literal, type: TensorType) -> Term:
+        if type.rank > 0 and lit.is_splat:
+            scalar = Literal(lit.array.reshape(-1)[:1].reshape(()).copy(), lit.dtype)
+            s = self.mk("constant", (), (("value", scalar),), TensorType((), type.dtype))
+            return self.mk("broadcast_in_dim", (s,), (("broadcast_dimensions", ()),), type)
+        return self.mk("constant", (), (("value", lit),), type)
+
+    def scalar(self, value: float, dtype: str) -> Term:
+        try:
+            holder = np.dtype("float32") if dtype == "bf16" else numpy_dtype(dtype)
+        except ValueError:
+            holder = np.dtype("float64")
+        return self.constant(Literal(np.array(value, dtype=holder), dtype), TensorType((), dtype))
+
+    def splat(self, value: float, type: TensorType) -> Term:
+        """`value` everywhere in a tensor of `type` (its scalar, broadcast)."""
+        s = self.scalar(value, type.dtype)
+        return self.apply("broadcast_in_dim", (s,), (("broadcast_dimensions", ()),), type) if type.rank else s
+
+    # -- canonicalising constructor -----------------------------------------------------------------
+    def apply(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
+        rule = _CANON.get(op)
+        if rule is not None:
+            out = rule(self, args, dict(attrs), type)
+            if out is not None:
+                return out
+        if op in ELEMENTWISE and args:
+            sunk = _sink_movement(self, op, args, attrs, type)
+            if sunk is None:
+                sunk = slicing.pull_elementwise(self, op, args, attrs, type)
+            if sunk is not None:
+                return sunk
+        if op in _UNIT and len(args) == 2:
+            unit, sides = _UNIT[op]
+            for side in sides:
+                if scalar_value(args[side]) == unit and args[1 - side].type == type:
+                    return args[1 - side]  # x + 0, x - 0, x · 1, x / 1
+        if op in COMMUTATIVE and len(args) == 2 and args[0].id > args[1].id:
+            args = (args[1], args[0])
+        return self.mk(op, args, attrs, type)
+
+    def iota(self, dim: int, type: TensorType) -> Term:
+        """An iota in its normal form: a one-dimensional iota broadcast along the other dims (so that it
+        factors through elementwise ops like any broadcast)."""
+        line = self.mk("iota", (), (("iota_dimension", 0),), TensorType((type.shape[dim],), type.dtype))
+        if type.rank == 1:
+            return line
+        return self.apply("broadcast_in_dim", (line,), (("broadcast_dimensions", (dim,)),), type)
+
+    def tile(self, t: Term, dim: int, n: int) -> Term:
+        """The global tensor made of `n` copies of `t` along `dim` (what a replicated local value is,
+        seen as the shard of a tensor split over an axis of size `n`)."""
+        if n == 1:
+            return t
+        shape = list(t.type.shape)
+        shape[dim] *= n
+        out = TensorType(tuple(shape), t.type.dtype)
+        if t.op == "broadcast_in_dim":
+            (src,) = t.args
+            dims = tuple(t.attr("broadcast_dimensions"))
+            if dim not in dims or src.type.shape[dims.index(dim)] == 1:
+                return self.apply("broadcast_in_dim", (src,), (("broadcast_dimensions", dims),), out)
+        if t.op == "reshape" and t.type.shape[dim] == 1:
+            (src,) = t.args
+            kept = [i for i, m in enumerate(t.type.shape) if m != 1]
+            core = tuple(m for m in src.type.shape if m != 1)
+            if core == tuple(t.type.shape[i] for i in kept):
+                # A reshape that only inserts unit dims is a broadcast; tiled along a unit dim it stays one.
+                squeezed = self.apply("reshape", (src,), (), TensorType(core, src.type.dtype))
+                return self.apply("broadcast_in_dim", (squeezed,), (("broadcast_dimensions", tuple(kept)),), out)
+        return self.mk("tile", (t,), (("dim", dim), ("n", n)), out)
+
+
+def _transpose(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return normalize(terms, "transpose", args[0], a, type)
+
+
+def _reshape(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    if x.type.shape == type.shape:
+        return x
+    if scalar_value(x) is not None:
+        return resplat(terms, x, type.shape)  # a reshaped splat is a splat
+    return normalize(terms, "reshape", x, a, type)
+
+
+def _select(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    pred, on_true, on_false = args
+    chosen = ranges.bool_value(pred)
+    if chosen is not None and on_true.type == on_false.type == type:
+        return on_true if chosen else on_false
+    if type.dtype == "i1" and scalar_value(on_true) == 1.0 and scalar_value(on_false) == 0.0 and pred.type == type:
+        return pred  # select(p, true, false) is p
+    if on_true is on_false:
+        return on_true
+    return None
+
+
+def _negate(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    if not type.dtype.startswith(("f", "bf")):
+        return None
+    # -x is x · (-1): one form for the scalings XLA's simplifier moves around (exact).
+    return terms.apply("multiply", (x, terms.splat(-1.0, type)), (), type)
+
+
+def _convert(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    return x if x.type.dtype == type.dtype else None
+
+
+def _broadcast(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    dims = tuple(a["broadcast_dimensions"])
+    if x.type.shape == type.shape and dims == tuple(range(len(dims))):
+        return x
+    if scalar_value(x) is not None:
+        while x.op == "broadcast_in_dim":
+            x = x.args[0]
+        if x.type.rank == 0:  # a splat's one form: its scalar broadcast
+            return terms.mk("broadcast_in_dim", (x,), (("broadcast_dimensions", ()),), type)
+    expanded = [i for i, d in enumerate(dims) if x.type.shape[i] == 1]
+    if expanded and x.type.rank > 0:
+        # An operand's unit dim, stretched or not, carries nothing: broadcast the operand without it
+        # (JAX broadcasts [b, s, 1] against [b, s, d]; XLA reshapes to [b, s] first).
+        keep = [i for i in range(len(dims)) if i not in expanded]
+        squeezed = terms.apply("reshape", (x,), (), TensorType(tuple(x.type.shape[i] for i in keep), x.type.dtype))
+        return terms.apply("broadcast_in_dim", (squeezed,), (("broadcast_dimensions", tuple(dims[i] for i in keep)),),
+                           type)
+    if (list(dims) == sorted(dims) and all(type.shape[d] == n for d, n in zip(dims, x.type.shape, strict=True))
+            and all(n == 1 for j, n in enumerate(type.shape) if j not in dims)):
+        # Only unit dims are added (`x[:, None]`, keepdims): JAX spells it broadcast, XLA reshape.
+        return terms.apply("reshape", (x,), (), type)
+    if x.op == "broadcast_in_dim":
+        inner = tuple(x.attr("broadcast_dimensions"))
+        composed = tuple(dims[i] for i in inner)
+        return terms.mk("broadcast_in_dim", x.args, (("broadcast_dimensions", composed),), type)
+    return None
+
+
+def _dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    lhs = args[0]
+    dims = DotDims((), (), (lhs.type.rank - 1,), (0,))
+    return terms.mk("dot_general", args, (("dot_dimension_numbers", dims),), type)
+
+
+def _constant(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return terms.constant(a["value"], type)
+
+
+def _identity(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return args[0] if len(args) == 1 and args[0].type == type else None
+
+
+def _slice(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    if x.type.shape == type.shape:
+        return x
+    strides = tuple(a.get("strides") or (1,) * type.rank)
+    if x.op == "slice" and all(s == 1 for s in (*strides, *(x.attr("strides") or ()))):
+        # a slice of a slice is one slice (a block of a block of a pipeline's weights)
+        base = tuple(x.attr("start_indices"))
+        lo = tuple(b + s for b, s in zip(base, a["start_indices"], strict=True))
+        hi = tuple(b + s for b, s in zip(base, a["limit_indices"], strict=True))
+        return slicing.slice_of(terms, x.args[0], lo, hi)
+    return None
+
+
+def _compare(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    # JAX spells the comparison type, XLA leaves out the default one: drop it only when it is the default
+    # for the operands' element type (comparing unsigned values as SIGNED is another comparison).
+    kind = a.get("compare_type")
+    dtype = args[0].type.dtype
+    default = "FLOAT" if dtype.startswith(("f", "bf")) else "UNSIGNED" if dtype.startswith(("ui", "i1")) else "SIGNED"
+    if kind is not None and kind != default:
+        return None
+    decided = ranges.fold_compare(terms, args, a["comparison_direction"], type)
+    if decided is not None:
+        return decided
+    return terms.mk("compare", args, (("comparison_direction", a["comparison_direction"]),), type)
+
+
+def _sink_movement(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+    """An elementwise op on equally broadcast (or equally reshaped) operands is the broadcast (reshape)
+    of the op on the smaller operands: exact, and the form XLA's reshape mover and algebraic simplifier
+    produce. Splat operands follow along at the smaller shape."""
+    moved = [a for a in args if a.op in ("broadcast_in_dim", "reshape") and scalar_value(a) is None]
+    if not moved:
+        return _fold_scalars(terms, op, args, attrs, type)
+    if all(a.op == "broadcast_in_dim" for a in moved) and len({a.attrs for a in moved}) > 1:
+        return _factor_broadcasts(terms, op, args, attrs, type, moved)
+    first = moved[0]
+    src = first.args[0]
+    if any(a.op != first.op or a.attrs != first.attrs or a.args[0].type.shape != src.type.shape for a in moved):
+        return None
+    if src.type.size >= type.size and first.op == "broadcast_in_dim":
+        return None
+    inner = peel(terms, args, moved, src.type.shape)
+    if inner is None:
+        return None
+    small = terms.apply(op, inner, attrs, TensorType(src.type.shape, type.dtype))
+    return terms.apply(first.op, (small,), first.attrs, type)
+
+
+def _factor_broadcasts(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType,
+                       moved: list[Term]) -> Term | None:
+    """op(bcast(a, dims_a), bcast(b, dims_b)) = bcast(op(bcast(a, ·), bcast(b, ·)) on the dims used, U)
+    when the operands use only the dims U of the result: broadcasts go outermost, whatever order XLA's
+    simplifier left them in."""
+    used = sorted({d for a in moved for d in a.attr("broadcast_dimensions")})
+    if len(used) == type.rank:
+        return None
+    small_shape = tuple(type.shape[d] for d in used)
+    inner: list[Term] = []
+    for a in args:
+        if a in moved:
+            dims = tuple(used.index(d) for d in a.attr("broadcast_dimensions"))
+            inner.append(terms.apply("broadcast_in_dim", a.args, (("broadcast_dimensions", dims),),
+                                     TensorType(small_shape, a.type.dtype)))
+            continue
+        splat = resplat(terms, a, small_shape)
+        if splat is None:
+            return None
+        inner.append(splat)
+    small = terms.apply(op, tuple(inner), attrs, TensorType(small_shape, type.dtype))
+    return terms.apply("broadcast_in_dim", (small,), (("broadcast_dimensions", tuple(used)),), type)
+
+
+_FOLDABLE = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+             "negate": np.negative, "maximum": np.maximum, "minimum": np.minimum, "sqrt": np.sqrt}
+
+
+def _fold_scalars(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+    """Arithmetic on scalar constants, computed in the program's float type as XLA's constant folder
+    does (these ops are correctly rounded in IEEE arithmetic, so the folded value is the program's)."""
+    fn = _FOLDABLE.get(op)
+    if fn is None or not type.dtype.startswith("f") or type.dtype not in ("f16", "f32", "f64"):
+        return None
+    if type.rank != 0:
+        if not args or any(scalar_value(a) is None for a in args):
+            return None
+        cores = tuple(c for a in args if (c := resplat(terms, a, ())) is not None)
+        folded = _fold_scalars(terms, op, cores, attrs, TensorType((), type.dtype))
+        return None if folded is None else resplat(terms, folded, type.shape)  # splats fold like scalars
+    if not all(a.op == "constant" and a.type.rank == 0 for a in args):
+        return None
+    dt = numpy_dtype(type.dtype)
+    with np.errstate(all="ignore"):
+        value = fn(*(np.asarray(a.attr("value").array, dtype=dt) for a in args))
+    return terms.constant(Literal(np.asarray(value, dtype=dt), type.dtype), type)
+
+
+def _exact(value: float, dtype: str) -> bool:
+    """Whether `value` is representable exactly in `dtype` (so folding it changes nothing)."""
+    try:
+        nd = numpy_dtype(dtype)
+    except ValueError:
+        return False
+    if nd.kind not in "fV":
+        return float(value).is_integer()
+    return bool(float(np.array(value).astype(nd).astype(np.float64)) == value)
+
+
+def _fold_scale(terms: Terms, op: str, args: tuple[Term, ...], type: TensorType) -> Term | None:
+    """x/a/b → x/(a·b) and x·a·b → x·(a·b) when a·b is exact in the dtype; x·2⁻ᵏ → x/2ᵏ.
+
+    Exact over the reals, and folded here rather than in egglog because only here can we check that
+    the folded constant is exactly representable in the program's dtype."""
+    x, c = args
+    cv = scalar_value(c)
+    if cv is None or not type.dtype.startswith(("f", "bf")):
+        return None
+    if op == "multiply" and cv != 0 and abs(math.frexp(1.0 / cv)[0]) == 0.5 and abs(cv) < 1:
+        return terms.apply("divide", (x, terms.splat(1.0 / cv, type)), (), type)
+    if op == "divide" and x.op == "multiply" and cv != 0:
+        inner, ic = x.args
+        iv = scalar_value(ic)
+        if iv is not None:  # (x · a) / b = x · (a / b) when a / b is exact
+            ratio = Fraction(iv) / Fraction(cv)
+            if _exact(float(ratio), type.dtype) and Fraction(float(ratio)) == ratio:
+                return terms.apply("multiply", (inner, terms.splat(float(ratio), type)), (), type)
+    if x.op == op:
+        inner, ic = x.args
+        iv = scalar_value(ic)
+        if iv is not None:
+            exact = Fraction(iv) * Fraction(cv)
+            if _exact(float(exact), type.dtype) and Fraction(float(exact)) == exact:
+                return terms.apply(op, (inner, terms.splat(float(exact), type)), (), type)
+    return None
+
+
+def _divide(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return _fold_scale(terms, "divide", args, type)
+
+
+def _multiply(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    if scalar_value(args[0]) is not None and scalar_value(args[1]) is None:
+        args = (args[1], args[0])
+    return _fold_scale(terms, "multiply", args, type)
+
+
+def _square(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    (x,) = args
+    return terms.apply("multiply", (x, x), (), type)  # chlo.square is x * x, exactly (one rounding either way)
+
+
+def _and(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return ranges.fold_logic(terms, "and", args, type)
+
+
+def _or(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return ranges.fold_logic(terms, "or", args, type)
+
+
+def _clamp(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return ranges.fold_clamp(terms, args, type)
+
+
+_CANON = {
+    "and": _and,
+    "broadcast_in_dim": _broadcast,
+    "clamp": _clamp,
+    "compare": _compare,
+    "concatenate": slicing.join_slices,
+    "constant": _constant,
+    "convert": _convert,
+    "copy": _identity,
+    "divide": _divide,
+    "dot": _dot,
+    "dot_general": slicing.pull_dot,
+    "gather": ranges.fold_gather_clamp,
+    "multiply": _multiply,
+    "negate": _negate,
+    "optimization_barrier": _identity,
+    "or": _or,
+    "reduce": ranges.fold_reduce_logic,
+    "reshape": _reshape,
+    "select": _select,
+    "slice": _slice,
+    "square": _square,
+    "transpose": _transpose,
+}
