@@ -43,7 +43,6 @@ class Failed:
     reason: str
     op: Op | None
     evidence: bool  # True: layouts contradict (a discrepancy); False: unsupported, so `unknown`
-    upstream: bool = False  # propagated from an operand rather than failing here
     origin: Op | None = None  # for partial values consumed wrongly: the op that made them partial
     expected: str | None = None
     found: str | None = None
@@ -55,7 +54,7 @@ class Failed:
 
 def upstream(f: Failed, op: Op) -> Failed:
     """`f` carried on through `op`, which consumes the value that failed (the failure stays `f`'s)."""
-    return dataclasses.replace(f, op=op, upstream=True)
+    return dataclasses.replace(f, op=op)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +180,7 @@ class Ctx:
 
     def fail(self, op: Op, reason: str, *, evidence: bool, origin: Op | None = None,
              expected: str | None = None, found: str | None = None, partial: bool = False) -> Failed:
-        return Failed(reason, op, evidence, False, origin, expected, found, partial)
+        return Failed(reason, op, evidence, origin, expected, found, partial)
 
     def unsupported(self, op: Op, what: str) -> Failed:
         return Failed(f"{op.opcode}: {what}", op, False)
@@ -189,7 +188,3 @@ class Ctx:
     def describe(self, layout: Layout) -> str:
         return layout.describe(self.mesh)
 
-
-def global_type(t: TensorType, layout: Layout, mesh: Mesh) -> TensorType:
-    """The global type of a local value of type `t` under `layout` (even splits)."""
-    return TensorType(tuple(n * mesh.size_of(d) for n, d in zip(t.shape, layout.dims, strict=True)), t.dtype)

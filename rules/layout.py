@@ -21,7 +21,7 @@ def holds_operands(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> list[Holds] | F
     for f in facts:
         g = ctx.lift(f) if isinstance(f, Varying) else f
         if isinstance(g, Failed):
-            return Failed(g.reason, op, g.evidence, True, g.origin)
+            return Failed(g.reason, op, g.evidence, g.origin)
         if not isinstance(g, Holds):
             return ctx.unsupported(op, "operands that are not tensors")
         out.append(g)

@@ -7,7 +7,7 @@ already parsed `scalify_hlo.ir.nodes.Module`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,7 @@ from scalify_hlo.ir.errors import UnsupportedError, UsageError
 from scalify_hlo.ir.nodes import Module
 from scalify_hlo.numeric.oracle import with_numeric
 from scalify_hlo.prove.egraph import Budget
-from scalify_hlo.prove.engine import Options
-from scalify_hlo.prove.engine import verify as _verify
+from scalify_hlo.prove.engine import Options, prove
 from scalify_hlo.report.verdicts import Report, Unknown
 
 Source = str | bytes | Path | Module | Any
@@ -51,7 +50,8 @@ def as_module(source: Source, name: str) -> Module:
 
 
 def verify(before: Source, after: Source, *, numeric: bool = False, seed: int = 0, iterations: int = 12,
-           nodes: int = 50_000, timeout: float = 5.0, assume: Mapping[str, tuple[int, int]] | None = None) -> Report:
+           nodes: int = 50_000, timeout: float = 5.0, assume: Mapping[str, tuple[int, int]] | None = None,
+           progress: Callable[[str, int, int], None] | None = None) -> Report:
     """Prove `after` (the distributed program) equivalent to `before` (its single-device reference).
 
     `assume={"ids": (0, vocab)}` states that an integer input lies in a half-open range (what `table[ids]`
@@ -64,10 +64,10 @@ def verify(before: Source, after: Source, *, numeric: bool = False, seed: int = 
         raise UsageError(None, "both before and after are '-'; standard input can be one of them, expected "
                          "a file or text for the other")
     bm, am = as_module(before, "<before>"), as_module(after, "<after>")
-    opts = Options(numeric=numeric, budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed,
-                   assume=dict(assume or {}))
+    opts = Options(budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed,
+                   assume=dict(assume or {}), progress=progress)
     try:
-        report = _verify(bm, am, opts)
+        report = prove(bm, am, opts)
     except UnsupportedError as err:
         report = unmodelled_report(bm.path, am.path, err)
     if numeric:

@@ -123,6 +123,21 @@ class _Progress:
             sys.stderr.flush()
 
 
+
+def parse_assumption(text: str) -> tuple[str, tuple[int, int]]:
+    """`NAME=LO:HI` → (name, (lo, hi)), half-open as Python ranges. ValueError when malformed."""
+    name, sep, rest = text.partition("=")
+    lo_text, colon, hi_text = rest.partition(":")
+    if not sep or not colon or not name.strip():
+        raise ValueError(f"expected NAME=LO:HI (an input name and a half-open integer range), got {text!r}")
+    try:
+        lo, hi = int(lo_text), int(hi_text)
+    except ValueError:
+        raise ValueError(f"expected integer bounds in NAME=LO:HI, got {text!r}") from None
+    if hi <= lo:
+        raise ValueError(f"the range in {text!r} is empty: expected LO < HI")
+    return name.strip(), (lo, hi)
+
 @app.command()
 def diff(
     before: Annotated[Path, typer.Argument(help="the single-device reference (StableHLO .mlir or HLO text)")],
@@ -141,11 +156,8 @@ def diff(
 ) -> None:
     """Prove AFTER equivalent to BEFORE, or name the op and source line where they differ ('-': stdin)."""
     import scalify_hlo.parsers as parsers
-    from scalify_hlo.api import unmodelled_report
+    from scalify_hlo.api import verify
     from scalify_hlo.ir.nodes import Module
-    from scalify_hlo.prove.egraph import Budget
-    from scalify_hlo.prove.engine import Options, verify
-    from scalify_hlo.terms.ranges import parse_assumption
 
     promised: dict[str, tuple[int, int]] = {}
     for text in assume or []:
@@ -161,19 +173,11 @@ def diff(
     # Standard input is read once, here: the numeric check needs the program again.
     sources: list[Path | Module] = [parsers.load(p) if str(p) == STDIN else p for p in (before, after)]
     bar = _Progress(enabled=not quiet and json_out is None)
-    opts = Options(numeric=numeric, budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed,
-                   progress=bar.update, assume=promised)
     try:
-        report = verify(sources[0], sources[1], opts)
-    except UnsupportedError as err:  # a legal program the tool does not model: unknown, not bad input
-        names = [s.path if isinstance(s, Module) else str(s) for s in sources]
-        report = unmodelled_report(names[0], names[1], err)
+        report = verify(sources[0], sources[1], numeric=numeric, seed=seed, iterations=iterations, nodes=nodes,
+                        timeout=timeout, assume=promised, progress=bar.update)
     finally:
         bar.close()
-    if numeric:
-        from scalify_hlo.numeric.oracle import with_numeric
-
-        report = with_numeric(report, sources[0], sources[1], seed)
     if json_out is not None:
         text = report.dumps()
         if str(json_out) == "-":

@@ -12,6 +12,7 @@ a parse and a walk, no e-graph.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import time
@@ -23,8 +24,7 @@ from scalify_hlo.ir.errors import ScalifyError
 from scalify_hlo.ir.inline import inline
 from scalify_hlo.ir.nodes import Module
 from scalify_hlo.layout.program import form_of
-from scalify_hlo.prove.engine import Options
-from scalify_hlo.prove.engine import verify as verify_modules
+from scalify_hlo.prove.engine import Options, prove
 from scalify_hlo.report.verdicts import Report
 
 _INDEXED = re.compile(r"^module_(\d+)\.(.+)\.(\d{4})\.(.+?)\.after_(.+?)(?:\.before_(.+?))?\.txt$")
@@ -95,8 +95,7 @@ def check_dump(dump: Path, *, stop_at_first: bool = False, options: Options | No
                 fa, fb = form_of(ma, inline(ma)), form_of(mb, inline(mb))
                 plain = not (fa == "global" and fb == "spmd")
                 opts = options or Options()
-                report = verify_modules(ma, mb, Options(opts.numeric, opts.budget, opts.seed, opts.numeric_limit,
-                                                        plain=plain))
+                report = prove(ma, mb, dataclasses.replace(opts, plain=plain))
                 results.append(PassResult(key, name, a.path, b.path, "plain" if plain else "distributed", report,
                                           time.perf_counter() - started))
             except ScalifyError as err:

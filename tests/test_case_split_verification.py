@@ -15,7 +15,7 @@ from mutations import every_mutant_checked
 
 from scalify_hlo import parsers
 from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
-from scalify_hlo.prove.engine import verify
+from scalify_hlo.prove.engine import prove
 from scalify_hlo.terms.table import Terms
 
 BY_NAME = {f.name: f for f in fixtures()}
@@ -23,21 +23,21 @@ BY_NAME = {f.name: f for f in fixtures()}
 
 def test_pipeline_mutants_are_never_false_equivalent() -> None:
     fx = BY_NAME["pipeline_ppermute_shard_map"]
-    seen = every_mutant_checked(parsers.load(fx.before), parsers.load(fx.after), lambda b, a: verify(b, a).name)
+    seen = every_mutant_checked(parsers.load(fx.before), parsers.load(fx.after), lambda b, a: prove(b, a).name)
     assert sum(seen.values()) >= 20 and seen.get("discrepancy", 0) >= 10, seen
 
 
 def test_fori_ring_is_unrolled_and_its_mutants_are_never_false_equivalent() -> None:
     fx = BY_NAME["ring_attention_shard_map_fori"]
-    assert verify(fx.before, fx.after).name == "equivalent"
-    seen = every_mutant_checked(parsers.load(fx.before), parsers.load(fx.after), lambda b, a: verify(b, a).name,
+    assert prove(fx.before, fx.after).name == "equivalent"
+    seen = every_mutant_checked(parsers.load(fx.before), parsers.load(fx.after), lambda b, a: prove(b, a).name,
                                 seeds=(0,))
     assert seen.get("discrepancy", 0) >= 10, seen
 
 
 def test_wrong_pairs_blames_the_permute_that_sends_nothing_forward() -> None:
     fx = BY_NAME["pipeline_ppermute_shard_map_wrong_pairs"]
-    report = verify(fx.before, fx.after)
+    report = prove(fx.before, fx.after)
     assert report.name == "discrepancy"
     first = report.findings[0]
     assert first.after is not None and first.after.opcode == "collective_permute", report.render()

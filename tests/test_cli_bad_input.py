@@ -235,12 +235,12 @@ def test_a_utf8_byte_order_mark_is_accepted(tmp_path: Path) -> None:
 ])
 def test_json_target_is_checked_before_verifying(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str,
                                                   needle: str) -> None:
-    import scalify_hlo.prove.engine
+    import scalify_hlo.api
 
     def must_not_run(*_: object) -> None:
         raise AssertionError("verification ran before --json was checked")
 
-    monkeypatch.setattr(scalify_hlo.prove.engine, "verify", must_not_run)
+    monkeypatch.setattr(scalify_hlo.api, "verify", must_not_run)
     (tmp_path / "a_file").write_text("")
     out = tmp_path / target
     assert_exit(invoke("diff", MLP / "before.mlir", MLP / "after.hlo", "--json", out), 3, "--json", str(out), needle)

@@ -29,7 +29,7 @@ from scalify_hlo.layout.sharding import (
     SdySharding,
     Tiled,
     TupleSharding,
-    Unknown,
+    UnknownSharding,
     layout_of,
     parse_gspmd,
     parse_sdy,
@@ -208,7 +208,7 @@ def test_layout_of_sub_axis_tiles_and_unreduced() -> None:
 def test_layout_of_replicated_manual_and_rejections() -> None:
     assert layout_of(Replicated(), DP_TP, 3) == Layout.replicated(3)
     assert layout_of(Manual(), DP_TP, 1) == Layout(((),))
-    for s in (Maximal(0), Unknown(), TupleSharding((Replicated(),))):
+    for s in (Maximal(0), UnknownSharding(), TupleSharding((Replicated(),))):
         with pytest.raises(ShardingError):
             layout_of(s, DP_TP, 2)
     with pytest.raises(ShardingError, match="expected rank 3"):

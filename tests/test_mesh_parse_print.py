@@ -26,7 +26,7 @@ from scalify_hlo.layout.sharding import (
     SdySharding,
     Tiled,
     TupleSharding,
-    Unknown,
+    UnknownSharding,
     layout_of,
     mesh_from_sdy,
     parse_gspmd,
@@ -80,7 +80,7 @@ def test_non_tiled_kinds() -> None:
     assert parse_gspmd("{replicated}") == Replicated()  # is_maximal() is also true for it in XLA
     assert parse_gspmd("{maximal device=3}") == Maximal(3)
     assert parse_gspmd("{manual}") == Manual()
-    assert parse_gspmd("{unknown}") == Unknown()
+    assert parse_gspmd("{unknown}") == UnknownSharding()
     assert parse_gspmd("{maximal device=3 metadata={op_name=\"x\"}}") == Maximal(3)
 
 

@@ -18,7 +18,7 @@ from mutations import KINDS, mutate, sites
 from scalify_hlo import parsers
 from scalify_hlo.ir.nodes import Module
 from scalify_hlo.numeric import machine as numeric
-from scalify_hlo.prove.engine import verify
+from scalify_hlo.prove.engine import prove
 
 POOL = ["megatron_mlp_shardy", "megatron_mlp_gspmd", "megatron_mlp_shard_map", "rmsnorm_shard_map",
         "vocab_softmax_shard_map", "loss_dp_shard_map", "rope_sp_shard_map", "llama_block_shardy",
@@ -53,7 +53,7 @@ def test_no_false_equivalent(case: tuple[str, str, int, int]) -> None:
     before, after = pair(name)
     mutant = mutate(after, kind, index, np.random.default_rng(seed))
     assert mutant is not None
-    report = verify(before, mutant.module)
+    report = prove(before, mutant.module)
     SEEN[report.name] = SEEN.get(report.name, 0) + 1
     if report.name != "equivalent":
         return

@@ -24,7 +24,7 @@ from mutations import every_mutant_checked
 
 from scalify_hlo import parsers
 from scalify_hlo.ir.nodes import Module
-from scalify_hlo.prove.engine import verify
+from scalify_hlo.prove.engine import prove
 from scalify_hlo.report.verdicts import Report
 
 sys.path.insert(0, str(REPO / "tools"))
@@ -45,7 +45,7 @@ def _pair(depth: int, variant: str = "correct") -> tuple[Module, Module]:
 
 
 def _verify(depth: int, variant: str = "correct") -> Report:
-    return verify(*_pair(depth, variant))
+    return prove(*_pair(depth, variant))
 
 
 def test_depth_30_nest_is_equivalent() -> None:
@@ -118,13 +118,13 @@ def _sibling_pair(swapped: bool) -> tuple[Module, Module]:
 
 
 def test_sibling_loops_from_the_same_values_are_told_apart() -> None:
-    assert verify(*_sibling_pair(False)).name == "equivalent"
-    report = verify(*_sibling_pair(True))
+    assert prove(*_sibling_pair(False)).name == "equivalent"
+    report = prove(*_sibling_pair(True))
     assert report.name == "discrepancy", report.render()
 
 
 def test_nest_mutants_are_never_false_equivalent() -> None:
     """Every constant of the nest (trip counts, counter steps, the update's scale and shift) perturbed in
     turn: whatever comes out `equivalent` must agree with the numeric oracle."""
-    seen = every_mutant_checked(*_pair(3), lambda b, a: verify(b, a).name, seeds=(0,))
+    seen = every_mutant_checked(*_pair(3), lambda b, a: prove(b, a).name, seeds=(0,))
     assert seen.get("discrepancy", 0) >= 5 and "equivalent" not in seen, seen

@@ -140,9 +140,13 @@ def test_kernels_match_xla(name: str) -> None:
 
 
 def test_every_kernel_is_registered_alphabetically() -> None:
+    from scalify_hlo.numeric import kernels
     from scalify_hlo.numeric.kernels import KERNELS
+    from scalify_hlo.ops.elementwise import ELEMENTWISE
 
-    assert list(KERNELS) == sorted(KERNELS)
+    for table in (kernels._OWN, ELEMENTWISE):
+        assert list(table) == sorted(table)
+    assert {name for name, e in ELEMENTWISE.items() if e.fn is not None} <= set(KERNELS)
     assert {"add", "dot_general", "all_reduce", "while", "scatter", "manual_computation"} <= set(KERNELS)
 
 
@@ -389,7 +393,7 @@ def test_compare_reports_first_counterexample() -> None:
     b = [np.array([1.0, np.nan, 3.0]), np.array([[1, 2], [3, 4]])]
     a = [np.array([1.0, np.nan, 3.0 + 1e-7]), np.array([[1, 2], [3, 5]])]
     c = N.compare(b, a)
-    assert not c.ok and c.counterexample == N.Counterexample(1, (1, 1), 4, 5)
+    assert not c.ok and c.counterexample == N.DifferingElement(1, (1, 1), 4, 5)
     assert not N.compare([np.array([100000])], [np.array([100001])]).ok  # integers compare exactly
     assert c.max_abs[0] < 1e-6 and c.max_abs[1] == 1.0
     assert N.compare(b[:1], a[:1]).ok

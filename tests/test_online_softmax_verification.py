@@ -13,7 +13,7 @@ from mutations import every_mutant_checked
 
 from scalify_hlo import parsers
 from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
-from scalify_hlo.prove.engine import verify
+from scalify_hlo.prove.engine import prove
 from scalify_hlo.terms.blockwise import Normaliser, equal
 from scalify_hlo.terms.pushing import push_slice
 from scalify_hlo.terms.slicing import slice_of
@@ -27,14 +27,14 @@ NEG = float(np.finfo(np.float32).min)
 
 def test_ring_attention_is_proven_blockwise() -> None:
     fx = BY_NAME["ring_attention_shard_map"]
-    report = verify(fx.before, fx.after)
+    report = prove(fx.before, fx.after)
     assert report.name == "equivalent", report.render()
     assert any("online softmax" in n for n in report.notes), report.notes
 
 
 def test_ring_attention_mutants_are_never_false_equivalent() -> None:
     fx = BY_NAME["ring_attention_shard_map"]
-    seen = every_mutant_checked(parsers.load(fx.before), parsers.load(fx.after), lambda b, a: verify(b, a).name,
+    seen = every_mutant_checked(parsers.load(fx.before), parsers.load(fx.after), lambda b, a: prove(b, a).name,
                                 seeds=(0,))
     assert seen.get("discrepancy", 0) >= 30 and seen.get("equivalent", 0) >= 10, seen
 
@@ -165,7 +165,7 @@ def test_masked_blocks_merge_only_with_their_own_mask() -> None:
 
 
 def test_missing_rescale_is_named_where_unscaled_blocks_are_added() -> None:
-    report = verify(BY_NAME["ring_attention_shard_map_no_rescale"].before,
+    report = prove(BY_NAME["ring_attention_shard_map_no_rescale"].before,
                     BY_NAME["ring_attention_shard_map_no_rescale"].after)
     first = report.findings[0]
     assert report.name == "discrepancy" and "not on a common scale" in first.reason, report.render()
@@ -173,7 +173,7 @@ def test_missing_rescale_is_named_where_unscaled_blocks_are_added() -> None:
 
 
 def test_blocks_from_the_wrong_neighbour_blame_the_permute() -> None:
-    report = verify(BY_NAME["ring_attention_shard_map_wrong_direction"].before,
+    report = prove(BY_NAME["ring_attention_shard_map_wrong_direction"].before,
                     BY_NAME["ring_attention_shard_map_wrong_direction"].after)
     first = report.findings[0]
     assert report.name == "discrepancy" and "not its consecutive blocks" in first.reason, report.render()

@@ -20,7 +20,7 @@ from scalify_hlo.rules.facts import Fact
 
 from scalify_hlo import parsers
 from scalify_hlo.ir.nodes import DotDims, TensorType
-from scalify_hlo.prove.engine import Options, verify
+from scalify_hlo.prove.engine import Options, prove
 from scalify_hlo.terms.evaluate import evaluate
 from scalify_hlo.terms.pushing import push_take
 from scalify_hlo.terms.table import Terms
@@ -30,20 +30,20 @@ BY_NAME = {f.name: f for f in fixtures()}
 
 def test_moe_is_proven_per_device() -> None:
     fx = BY_NAME["moe_all_to_all_shard_map"]
-    report = verify(fx.before, fx.after)
+    report = prove(fx.before, fx.after)
     assert report.name == "equivalent", report.render()
 
 
 def test_moe_mutants_are_never_false_equivalent() -> None:
     fx = BY_NAME["moe_all_to_all_shard_map"]
-    seen = every_mutant_checked(parsers.load(fx.before), parsers.load(fx.after), lambda b, a: verify(b, a).name,
+    seen = every_mutant_checked(parsers.load(fx.before), parsers.load(fx.after), lambda b, a: prove(b, a).name,
                                 seeds=(0,))
     assert seen.get("discrepancy", 0) >= 8, seen
 
 
 def test_broken_moe_is_a_discrepancy_with_numbers() -> None:
     for name in ("moe_all_to_all_shard_map_no_combine", "moe_all_to_all_shard_map_combine_axes_swapped"):
-        report = verify(BY_NAME[name].before, BY_NAME[name].after)
+        report = prove(BY_NAME[name].before, BY_NAME[name].after)
         assert report.name == "discrepancy", report.render()
         assert report.findings[0].counterexample is not None
 
@@ -66,7 +66,7 @@ def test_take_through_reshape_and_dot_is_the_group() -> None:
 
 def test_all_to_all_with_the_wrong_concat_axis_is_blamed() -> None:
     fx = BY_NAME["moe_all_to_all_shard_map_combine_axes_swapped"]
-    first = verify(fx.before, fx.after).findings[0]
+    first = prove(fx.before, fx.after).findings[0]
     assert first.after is not None and first.after.opcode == "all_to_all", first
     assert "arranged otherwise" in first.reason
 
@@ -89,7 +89,7 @@ def test_per_device_derivation_agrees_with_the_ordinary_one(monkeypatch: pytest.
         if "shard_map" not in fx.expected.get("after_kind", ""):
             continue
         monkeypatch.setattr(derive, "_open", _first_call_open(real))
-        report = verify(fx.before, fx.after, Options(assume=fx.assume))
+        report = prove(fx.before, fx.after, Options(assume=fx.assume))
         monkeypatch.setattr(derive, "_open", real)
         assert report.name in (fx.expected["verdict"], "unknown"), (fx.name, report.render())
         if report.name == "discrepancy":

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from scalify_hlo.prove.engine import verify
+from scalify_hlo.prove.engine import prove
 
 sys.path.insert(0, str(REPO / "tools"))
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Pat
 @pytest.mark.parametrize("name", ["8b", "405b-1", "405b-scan"])
 def test_llama_stacks_are_equivalent(pairs: dict[str, tuple[Path, Path]], name: str) -> None:
     before, after = pairs[name]
-    report = verify(before, after)
+    report = prove(before, after)
     assert report.name == "equivalent", report.render()
     if name == "8b":  # 32 identical layers: their questions are asked of the e-graph once, then remembered
         assert report.stats["segments_unique"] <= 4 and report.stats["egraph_memo_hits"] >= 28, report.stats
@@ -44,7 +44,7 @@ def test_bug_in_one_layer_is_found_in_that_layer(pairs: dict[str, tuple[Path, Pa
     text, instruction = bp.inject_bug(after.read_text(), 21)
     broken = tmp_path / "after.hlo"
     broken.write_text(text)
-    report = verify(before, broken)
+    report = prove(before, broken)
     assert report.name == "discrepancy", report.render()
     assert report.findings[0].counterexample is not None  # too big to run: built at the all-reduce
     assert report.findings[0].after is not None

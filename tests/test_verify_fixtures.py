@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from conftest import Fixture, fixtures
 
-from scalify_hlo.prove.engine import Options, verify
+from scalify_hlo.prove.engine import Options, prove
 
 FIXTURES = fixtures()
 
@@ -37,7 +37,7 @@ LIMITS: dict[str, str] = {
 
 @pytest.mark.parametrize("fx", FIXTURES, ids=[f.name for f in FIXTURES])
 def test_fixture_verdict(fx: Fixture) -> None:
-    report = verify(fx.before, fx.after, Options(assume=fx.assume))
+    report = prove(fx.before, fx.after, Options(assume=fx.assume))
     if fx.name in LIMITS:
         found_by_numbers = (report.name == "discrepancy" and fx.expected["verdict"] == "discrepancy"
                             and report.findings[0].counterexample is not None)
@@ -56,7 +56,7 @@ def test_fixture_verdict(fx: Fixture) -> None:
 @pytest.mark.parametrize("fx", [f for f in FIXTURES if f.expected["verdict"] == "equivalent" and f.name not in LIMITS],
                          ids=lambda f: f.name)
 def test_equivalent_reports_every_output(fx: Fixture) -> None:
-    report = verify(fx.before, fx.after, Options(assume=fx.assume))
+    report = prove(fx.before, fx.after, Options(assume=fx.assume))
     data = report.to_json()
     assert data["verdict"] == "equivalent"
     assert len(data["outputs"]) >= 1 and not data["discrepancies"]

@@ -12,7 +12,7 @@
 For every case: the pair's generation cost (``tools/bench_programs.py``, cached under ``out/bench/<key>/``,
 reported separately), the parse floor measured in this run on the same files (XLA's HLO text parser, XLA's
 HLO→StableHLO converter, and MLIR parsing of before.mlir and of the converted after module), then
-``scalify_hlo.prove.engine.verify()`` in a fresh subprocess (its own peak RSS), with its verdict, wall time, stage
+``scalify_hlo.prove.engine.prove()`` in a fresh subprocess (its own peak RSS), with its verdict, wall time, stage
 timings, and the ratio wall / parse floor. Imports (jax, MLIR dialects) are paid before either clock starts.
 Writes ``BENCH.md`` at the repo root and ``out/bench/results.json``; both describe the cases of this run only
 (``--only``/``--quick`` replace a full table).
@@ -163,10 +163,10 @@ def _count_ops(op: Any) -> int:
 
 
 def _verify(before: str, after: str) -> dict[str, Any]:
-    from scalify_hlo.prove.engine import verify
+    from scalify_hlo.prove.engine import prove
 
     t0 = time.perf_counter()
-    report = verify(before, after)
+    report = prove(before, after)
     wall = time.perf_counter() - t0
     out: dict[str, Any] = {"verdict": report.name, "wall": round(wall, 3),
                            "stats": _jsonable(report.stats)}
@@ -512,7 +512,7 @@ before = `jax.jit(...).lower(...).as_text(debug_info=True)`, after = XLA's `afte
 
 ## Verify (fresh process per case; imports excluded from every clock)
 
-`wall` is the `verify()` call; the stage columns are `report.stats["stages"]`; `other` = `stats["seconds"]`
+`wall` is the `prove()` call; the stage columns are `report.stats["stages"]`; `other` = `stats["seconds"]`
 minus the stages (time the prover spends outside its named stages); `floor` = XLA parse + HLO→StableHLO +
 MLIR parse of both files (table below); timeout {timeout:.0f} s per case; fastest of {repeat} fresh run(s).
 

@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from scalify_hlo.prove.engine import Options, verify
+from scalify_hlo.prove.engine import Options, prove
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="also write the table to this file")
     args = ap.parse_args()
     warm = FIXTURES / "megatron_mlp_shardy"
-    verify(warm / "before.mlir", warm / "after.hlo")
+    prove(warm / "before.mlir", warm / "after.hlo")
     rows = ["| fixture | expected | verdict | first site | seconds | e-graph calls (memo hits) | max e-nodes |",
             "|---|---|---|---|---|---|---|"]
     for d in sorted(p for p in FIXTURES.iterdir() if (p / "expected.json").exists()):
@@ -31,7 +31,7 @@ def main() -> None:
         after = d / "after.hlo" if (d / "after.hlo").exists() else d / "after.mlir"
         t0 = time.perf_counter()
         assume = {k: (lo, hi) for k, (lo, hi) in exp.get("assume", {}).items()}
-        r = verify(d / "before.mlir", after, Options(assume=assume))
+        r = prove(d / "before.mlir", after, Options(assume=assume))
         seconds = time.perf_counter() - t0
         site = r.findings[0].after.source if r.findings and r.findings[0].after else ""
         want = f"{exp['bug']['file']}:{exp['bug']['line']}" if exp.get("bug") else ""

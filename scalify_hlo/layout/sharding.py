@@ -84,7 +84,7 @@ class Manual:
 
 
 @dataclass(frozen=True, slots=True)
-class Unknown:
+class UnknownSharding:
     """XLA's `{unknown}`: the partitioner may still choose."""
 
 
@@ -125,7 +125,7 @@ class SdySharding:
     open_dims: tuple[bool, ...] = ()
 
 
-Sharding: TypeAlias = Replicated | Maximal | Manual | Unknown | Tiled | TupleSharding | SdySharding
+Sharding: TypeAlias = Replicated | Maximal | Manual | UnknownSharding | Tiled | TupleSharding | SdySharding
 
 
 # --------------------------------------------------------------------------------------------- layouts
@@ -155,7 +155,7 @@ def layout_of(sharding: Sharding, mesh: Mesh, rank: int) -> Layout:
                 mesh_axes_of(name, mesh)  # only to reject names the mesh does not have
             return Layout(tuple(tuple(a for n in d for a in mesh_axes_of(n, mesh)) for d in dims),
                           tuple((a, Reducer.SUM) for n in unreduced for a in mesh_axes_of(n, mesh)))
-        case Maximal() | Unknown():  # legal on any tensor, but no layout over the mesh: unmodelled
+        case Maximal() | UnknownSharding():  # legal on any tensor, but no layout over the mesh: unmodelled
             raise UnmodelledShardingError(None, f"{sharding} has no layout over mesh {mesh.describe()}; only "
                                           "replicated, tiled and Shardy shardings are modelled")
         case TupleSharding():
@@ -221,7 +221,7 @@ def _from_proto(proto: Any, text: str) -> Sharding:
         case "MANUAL":
             return Manual()
         case "UNKNOWN":
-            return Unknown()
+            return UnknownSharding()
         case "MAXIMAL":
             devices = list(proto.tile_assignment_devices)
             if len(devices) != 1 or devices[0] < 0:

@@ -448,7 +448,7 @@ def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
 # ------------------------------------------------------------------------------------------ compare
 
 @dataclass(frozen=True, slots=True)
-class Counterexample:
+class DifferingElement:
     output: int
     index: tuple[int, ...]
     before: Any
@@ -463,7 +463,7 @@ class Comparison:
     ok: bool
     max_abs: tuple[float, ...]
     max_rel: tuple[float, ...]
-    counterexample: Counterexample | None = None
+    counterexample: DifferingElement | None = None
     reason: str = ""
 
 
@@ -475,7 +475,7 @@ def compare(before_outs: Sequence[np.ndarray], after_outs: Sequence[np.ndarray],
         return Comparison(False, (), (), None, f"{len(before_outs)} outputs before, {len(after_outs)} after")
     max_abs: list[float] = []
     max_rel: list[float] = []
-    first: Counterexample | None = None
+    first: DifferingElement | None = None
     reason = ""
     for k, (b, a) in enumerate(zip(before_outs, after_outs, strict=True)):
         bb, aa = np.asarray(b), np.asarray(a)
@@ -483,7 +483,7 @@ def compare(before_outs: Sequence[np.ndarray], after_outs: Sequence[np.ndarray],
             max_abs.append(math.inf)
             max_rel.append(math.inf)
             if first is None:
-                first = Counterexample(k, (), None, None)
+                first = DifferingElement(k, (), None, None)
                 reason = f"output {k}: shape {list(bb.shape)} before, {list(aa.shape)} after"
             continue
         wide = np.complex128 if np.iscomplexobj(bb) or np.iscomplexobj(aa) else np.float64
@@ -499,7 +499,7 @@ def compare(before_outs: Sequence[np.ndarray], after_outs: Sequence[np.ndarray],
         max_rel.append(float(rel.max(initial=0.0)))
         if first is None and not close.all():
             idx = tuple(int(i) for i in np.argwhere(~close)[0])
-            first = Counterexample(k, idx, bb[idx].item(), aa[idx].item())
+            first = DifferingElement(k, idx, bb[idx].item(), aa[idx].item())
             reason = f"output {k} at {list(idx)}: {first.before} before, {first.after} after"
     return Comparison(first is None, tuple(max_abs), tuple(max_rel), first, reason)
 

@@ -10,7 +10,6 @@ same term.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -110,8 +109,7 @@ class Deriver:
         failed = next((f for f in facts if isinstance(f, Failed)), None)
         out: tuple[Fact, ...]
         if failed is not None and op.opcode not in ("tuple", "get_tuple_element"):
-            up = dataclasses.replace(failed, upstream=True)
-            out = tuple(up for _ in op.results)
+            out = tuple(failed for _ in op.results)
         elif masking.applies(self.ctx, op, facts) and (steps := masking.transfer(self.ctx, op, facts)) is not None:
             out = steps
         elif op.opcode in self.hooks:

@@ -57,7 +57,6 @@ class _RefLoop:
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    numeric: bool = False
     budget: Budget = field(default_factory=Budget)
     seed: int = 0
     numeric_limit: int = 1 << 24  # elements: term evaluation for counterexamples only below this
@@ -72,7 +71,7 @@ def load(source: str | Path | Module) -> Module:
     return source if isinstance(source, Module) else parsers.load(source)
 
 
-def verify(before: str | Path | Module, after: str | Path | Module, options: Options | None = None) -> Report:
+def prove(before: str | Path | Module, after: str | Path | Module, options: Options | None = None) -> Report:
     """Prove `after` (partitioned HLO or shard_map StableHLO) equivalent to the single-device `before`."""
     opts = options or Options()
     started = time.perf_counter()

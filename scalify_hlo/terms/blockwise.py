@@ -34,10 +34,11 @@ from typing import Any
 import numpy as np
 
 from scalify_hlo.ir.nodes import DotDims, TensorType
+from scalify_hlo.ops.elementwise import SHAPE_PRESERVING
 from scalify_hlo.terms.joins import Joins, as_broadcast, block_order, broadcast, follow_dim, is_constant
 from scalify_hlo.terms.pushing import FOLD_LIMIT, constant_value, folded, push_slice, squeeze_units
 from scalify_hlo.terms.slicing import window_along
-from scalify_hlo.terms.table import ELEMENTWISE, Terms
+from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import AttrKey, Term, scalar_value
 
 FUEL = 200_000  # rewrites per comparison, then the answer is "not proven"
@@ -184,7 +185,7 @@ class Normaliser(Joins):
         rule = self.rules.get(op)
         if rule is not None and (out := rule(args, attrs, type)) is not None:
             return out
-        if op in ELEMENTWISE and (out := self._sink_transpose(op, args, attrs, type)) is not None:
+        if op in SHAPE_PRESERVING and (out := self._sink_transpose(op, args, attrs, type)) is not None:
             return out
         return self.terms.apply(op, args, attrs, type)
 
@@ -500,7 +501,7 @@ def _reads_concat(t: Term, depth: int = 8) -> bool:
     """Whether a concatenation is within `depth` ops of `t` (through ops a slice can move into)."""
     if t.op == "concatenate":
         return True
-    if depth == 0 or not (t.op in ELEMENTWISE or t.op in ("transpose", "broadcast_in_dim", "dot_general", "reshape")):
+    if depth == 0 or not (t.op in SHAPE_PRESERVING or t.op in ("transpose", "broadcast_in_dim", "dot_general", "reshape")):
         return False
     return any(_reads_concat(a, depth - 1) for a in t.args)
 

@@ -16,9 +16,10 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from scalify_hlo.ir.nodes import TensorType
+from scalify_hlo.ops.elementwise import SHAPE_PRESERVING
 from scalify_hlo.terms.pushing import FOLD_LIMIT, constant_value, folded
 from scalify_hlo.terms.slicing import slice_of
-from scalify_hlo.terms.table import ELEMENTWISE, Terms
+from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import AttrKey, Term, scalar_value
 
 
@@ -140,7 +141,7 @@ class Joins:
 
     def _concat_elementwise(self, flat: list[Term], d: int, type: TensorType) -> Term | None:
         """op(a1, b1) ++ op(a2, b2) = op(a1 ++ a2, b1 ++ b2) (a broadcast of op(...) seen as op of broadcasts)."""
-        head = next((p for p in flat if p.op in ELEMENTWISE), None)
+        head = next((p for p in flat if p.op in SHAPE_PRESERVING), None)
         if head is None or any(a.type.shape != head.type.shape for a in head.args):
             return None
         columns: list[list[Term]] = [[] for _ in head.args]
@@ -188,7 +189,7 @@ def follow_dim(t: Term, dim: int) -> Iterator[tuple[Term, int]]:
             continue
         seen.add((s.id, k))
         yield s, k
-        if s.op in ELEMENTWISE:
+        if s.op in SHAPE_PRESERVING:
             stack.extend((a, k) for a in reversed(s.args) if a.type.shape == s.type.shape)
         elif (view := as_broadcast(s)) is not None and k in view[1]:
             stack.append((view[0], view[1].index(k)))

@@ -16,9 +16,10 @@ import numpy as np
 
 from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
+from scalify_hlo.ops.elementwise import SHAPE_PRESERVING
 from scalify_hlo.terms.evaluate import evaluate_constant
 from scalify_hlo.terms.slicing import slice_along, slice_of, window_along
-from scalify_hlo.terms.table import ELEMENTWISE, Terms
+from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import Term
 
 # What a cut of a term became (None: being computed); under ("leafless",) and ("walked",), which terms
@@ -64,7 +65,7 @@ def _push(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...],
         x = t.args[0]
         where = {p: i for i, p in enumerate(t.attr("permutation"))}
         return terms.apply(op, (push_slice(terms, x, *_operand_window(x, where, lo, hi), memo),), t.attrs, out_type)
-    if op in ELEMENTWISE and all(a.type.shape == shape for a in t.args):
+    if op in SHAPE_PRESERVING and all(a.type.shape == shape for a in t.args):
         args = tuple(push_slice(terms, a, lo, hi, memo) for a in t.args)
         return terms.apply(op, args, t.attrs, out_type)
     if op == "reduce" and len(t.args) == 2:
@@ -234,7 +235,7 @@ def _take(terms: Terms, t: Term, dim: int, index: int, memo: Memo) -> Term:
         perm = tuple(t.attr("permutation"))
         inner = push_take(terms, t.args[0], perm[dim], index, memo)
         return terms.apply(op, (inner,), (("permutation", _drop(perm, perm[dim])),), out_type)
-    if op in ELEMENTWISE and all(a.type.shape == shape for a in t.args):
+    if op in SHAPE_PRESERVING and all(a.type.shape == shape for a in t.args):
         return terms.apply(op, tuple(push_take(terms, a, dim, index, memo) for a in t.args), t.attrs, out_type)
     if op == "reduce" and len(t.args) % 2 == 0:
         k = len(t.args) // 2

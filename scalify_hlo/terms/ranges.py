@@ -214,18 +214,3 @@ def fold_gather_clamp(terms: Terms, args: tuple[Term, ...], a: Mapping[str, Any]
     if stripped is None:
         return None
     return terms.apply("gather", (operand, stripped), tuple(a.items()), type)
-
-
-def parse_assumption(text: str) -> tuple[str, tuple[int, int]]:
-    """`NAME=LO:HI` → (name, (lo, hi)), half-open as Python ranges. ValueError when malformed."""
-    name, sep, rest = text.partition("=")
-    lo_text, colon, hi_text = rest.partition(":")
-    if not sep or not colon or not name.strip():
-        raise ValueError(f"expected NAME=LO:HI (an input name and a half-open integer range), got {text!r}")
-    try:
-        lo, hi = int(lo_text), int(hi_text)
-    except ValueError:
-        raise ValueError(f"expected integer bounds in NAME=LO:HI, got {text!r}") from None
-    if hi <= lo:
-        raise ValueError(f"the range in {text!r} is empty: expected LO < HI")
-    return name.strip(), (lo, hi)

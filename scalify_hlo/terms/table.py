@@ -19,19 +19,13 @@ import numpy as np
 
 from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
+from scalify_hlo.ops.elementwise import COMMUTATIVE, SHAPE_PRESERVING
 from scalify_hlo.terms import ranges, slicing
 from scalify_hlo.terms.movement import normalize
 from scalify_hlo.terms.ranges import Interval
 from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
 
-COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
 _UNIT = {"add": (0.0, (0, 1)), "subtract": (0.0, (1,)), "multiply": (1.0, (0, 1)), "divide": (1.0, (1,))}
-ELEMENTWISE = frozenset({
-    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "convert", "cosine", "divide", "erf",
-    "exponential", "exponential_minus_one", "floor", "is_finite", "log", "log_plus_one", "logistic", "maximum",
-    "minimum", "multiply", "negate", "not", "or", "power", "remainder", "round_nearest_afz", "round_nearest_even",
-    "rsqrt", "select", "sign", "sine", "sqrt", "square", "subtract", "tan", "tanh", "xor",
-})
 
 
 class Terms:
@@ -90,7 +84,7 @@ class Terms:
             out = rule(self, args, dict(attrs), type)
             if out is not None:
                 return out
-        if op in ELEMENTWISE and args:
+        if op in SHAPE_PRESERVING and args:
             sunk = _sink_movement(self, op, args, attrs, type)
             if sunk is None:
                 sunk = slicing.pull_elementwise(self, op, args, attrs, type)
