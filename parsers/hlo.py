@@ -189,13 +189,13 @@ def _parse_text(text: str, path: str) -> Any:
     """XLA's parse of `text`; on failure, of `text` with its tuple accesses expanded (jaxlib < 0.11)."""
     try:
         return _jaxlib.hlo_module_from_text(text)
-    except Exception as err:
+    except _jaxlib.XLA_ERRORS as err:
         expanded = expand_tuple_access(text)
         if expanded == text:
             raise _hlo_error(err, text, path) from None
         try:
             return _jaxlib.hlo_module_from_text(expanded)
-        except Exception as retry_err:
+        except _jaxlib.XLA_ERRORS as retry_err:
             # Original lines keep their numbers in the expanded text, so the position is right either way.
             raise _hlo_error(retry_err, text, path) from None
 
@@ -206,7 +206,7 @@ def parse_hlo(text: str, path: str) -> Module:
     proto = name_instructions(original)
     try:
         bytecode = _jaxlib.hlo_proto_to_stablehlo(proto)
-    except Exception as err:
+    except _jaxlib.XLA_ERRORS as err:
         raise ParseError(Span(path), f"XLA could not convert this HLO to StableHLO: {err}") from None
     module = parse_mlir(bytecode, path, kind="hlo", name_sep=NAME_SEP, name_lines=_instruction_lines(text))
     header = next((ln for ln in text.splitlines() if ln.startswith("HloModule")), "")

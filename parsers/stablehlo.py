@@ -412,6 +412,6 @@ def parse_mlir(data: str | bytes, path: str, *, kind: str = "stablehlo", name_se
     with _jaxlib.make_context():
         try:
             mod = ir.Module.parse(data)
-        except Exception as err:  # MLIRError and friends: a diagnostic with a location
+        except _jaxlib.mlir_errors() as err:  # a diagnostic with a location
             raise _diagnostic(err, path, data if isinstance(data, str) else None) from None
         return read_mlir_module(mod, path, kind, name_sep, name_lines)

@@ -90,6 +90,17 @@ def ir() -> ModuleType:
     ])
 
 
+# What XLA's C++ entry points raise on bad input: jax's JaxRuntimeError (XlaRuntimeError before it) is a
+# RuntimeError; argument conversion raises ValueError; absurd sizes MemoryError.
+XLA_ERRORS: tuple[type[Exception], ...] = (RuntimeError, ValueError, MemoryError)
+
+
+def mlir_errors() -> tuple[type[Exception], ...]:
+    """What jaxlib's MLIR bindings raise on bad input: MLIRError (its text carries the diagnostic) and
+    ValueError from argument conversion."""
+    return (ir().MLIRError, ValueError)
+
+
 @functools.cache
 def dialects() -> dict[str, ModuleType]:
     """The MLIR dialect bindings we read: stablehlo, sdy, func, chlo (public) and mhlo (private)."""

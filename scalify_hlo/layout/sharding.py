@@ -204,7 +204,7 @@ def _parse_gspmd_cached(text: str) -> Sharding:
     hlo_sharding = _jaxlib.hlo_sharding_class()
     try:
         parsed = hlo_sharding.from_string(text)
-    except Exception as e:  # XLA raises RuntimeError, and MemoryError for absurd sizes
+    except _jaxlib.XLA_ERRORS as e:
         reason = str(e).strip().splitlines()
         detail = "; ".join(line.strip() for line in reason[:2] if line.strip())
         raise ShardingError(None, f"cannot read sharding {text!r} ({detail}); {_EXPECTED_GSPMD}") from None
@@ -283,7 +283,7 @@ def _attribute(source: str, what: str, prefix: str) -> Any:
     with _context():
         try:
             return ir.Attribute.parse(text)
-        except Exception as e:  # MLIRError; its text carries the diagnostic
+        except _jaxlib.mlir_errors() as e:
             detail = " ".join(str(e).split())[:200]
             raise ShardingError(None, f"cannot read {what} {source!r} ({detail})") from None
 
