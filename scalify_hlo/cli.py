@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
 from scalify_hlo.ir.errors import ScalifyError, Span, UnsupportedError, UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
 
 EXIT_UNKNOWN = 2
 EXIT_BAD_INPUT = 3
@@ -97,31 +102,38 @@ def _write(option: str, path: Path, text: str) -> None:
 
 
 class _Progress:
-    """A one-line progress bar on stderr (a terminal only), shown once a run has taken a second."""
+    """The progress bar of a long run (rich's, on stderr), shown once the run has taken `delay` seconds and
+    cleared when it ends. None at all when stderr is not a terminal (pipes, CI logs, tests), with --quiet,
+    or with --json (the caller passes enabled=False)."""
 
-    def __init__(self, enabled: bool) -> None:
-        import time
+    def __init__(self, enabled: bool, console: Console | None = None, delay: float = 1.0) -> None:
+        if console is None and enabled and sys.stderr.isatty():
+            from rich.console import Console  # (rich loads in ~50 ms: only for a run that may show it)
 
-        self.enabled = enabled and sys.stderr.isatty()
+            console = Console(stderr=True)
+        self.console = console
+        self.enabled = enabled and console is not None and console.is_terminal
         self.started = time.perf_counter()
-        self.shown = False
+        self.delay = delay
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
 
     def update(self, stage: str, done: int, total: int) -> None:
-        import time
-
-        if not self.enabled or time.perf_counter() - self.started < 1.0:
+        if not self.enabled or time.perf_counter() - self.started < self.delay:
             return
-        width = 30
-        filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r{stage:<22} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} ops")
-        sys.stderr.flush()
-        self.shown = True
+        if self.bar is None or self.task is None:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description:<22}"), BarColumn(),
+                                TextColumn("{task.completed}/{task.total} ops"), TimeElapsedColumn(),
+                                console=self.console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(stage, total=total)
+        self.bar.update(self.task, description=stage, completed=done, total=total)
 
     def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r" + " " * 78 + "\r")
-            sys.stderr.flush()
-
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def parse_assumption(text: str) -> tuple[str, tuple[int, int]]:
@@ -214,6 +226,7 @@ def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO tex
     coll = [op for op in ops if op.opcode in COLLECTIVES]
     if coll:
         from scalify_hlo.layout.mesh import axes_of_groups
+        from scalify_hlo.report.verdicts import user_name
 
         typer.echo("collectives:")
         for op in coll:
@@ -224,7 +237,8 @@ def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO tex
                 over = "{" + ", ".join(f'"{a}"' for a in axes) + "}"
             except ScalifyError as err:
                 over = f"(groups not on the mesh: {err.message})"
-            typer.echo(f"  {op.describe()} over {over} at {op.loc.site or '?'}")
+            name = user_name(op.loc.name or (op.results[0].name if op.results else None))  # not the parser's %N
+            typer.echo(f"  {f'{name} = ' if name else ''}{op.opcode} over {over} at {op.loc.site or '?'}")
 
 
 @app.command()
@@ -265,15 +279,21 @@ def audit(
     file: Annotated[Path, typer.Argument(help="a partitioned HLO or shard_map StableHLO program ('-': stdin)")],
     json_out: Annotated[Path | None, typer.Option("--json", help="write the audit as JSON ('-' for stdout)")] = None,
     plot: Annotated[Path | None, typer.Option(help="an SVG/PNG bar chart of bytes per layer (needs matplotlib)")] = None,
+    reference: Annotated[Path | None, typer.Option(
+        "--reference", "-r", help="the program before partitioning (StableHLO .mlir): names the mesh axes as you "
+        "did, when FILE (partitioned HLO) keeps only their positions")] = None,
 ) -> None:
-    """Collectives with their mesh axes and bytes per device, per layer, and flags worth a look."""
+    """Collectives with their mesh axes and bytes per device (per step: loops × their trip counts), per layer,
+    the byte model used, and flags worth a look."""
     import scalify_hlo.parsers as parsers
     from scalify_hlo.audit import audit as run_audit
     from scalify_hlo.audit import plot as plot_audit
 
     _check_output("--json", json_out)
     _check_output("--plot", plot)
-    result = run_audit(parsers.load(file))
+    if reference is not None and str(reference) == STDIN and str(file) == STDIN:
+        raise UsageError(None, "both FILE and --reference are '-'; standard input can be one of them")
+    result = run_audit(parsers.load(file), parsers.load(reference) if reference is not None else None)
     if json_out is not None and str(json_out) == "-":
         typer.echo(result.dumps())
     else:

@@ -60,3 +60,88 @@ def test_cli_audit_json(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "10,752 bytes" in proc.stdout
     assert json.loads(out.read_text())["total_bytes_per_device"] == 10_752
+
+
+def test_scanned_layers_count_the_loop_body_times_its_trip_count() -> None:
+    # llama_scan_shardy: the 2 blocks of llama_block_shardy under lax.scan (a while of 2 trips): the body's
+    # 9 collectives (10,752 bytes, as in the unrolled block above) run twice per step.
+    d = FIXTURES / "llama_scan_shardy"
+    a = audit(parsers.load(d / "after.hlo"))
+    assert [c.executions for c in a.collectives] == [2] * 9
+    assert [c.bytes for c in a.collectives] == [256, 256, 512, 512, 3072, 1024, 1024, 1024, 3072]
+    assert a.total_bytes == 2 * 10_752
+    assert a.layers == 2 and a.bytes_per_layer() == [10_752, 10_752]
+    assert [(loop["trips"], loop["collectives"]) for loop in a.loops] == [(2, 9)]
+
+
+def test_mesh_axes_by_the_users_names() -> None:
+    d = FIXTURES / "llama_scan_shardy"
+    unnamed = audit(parsers.load(d / "after.hlo"))  # partitioned HLO keeps axis positions only
+    assert unnamed.axis_names == "positions" and "--reference" in unnamed.render()
+    named = audit(parsers.load(d / "after.hlo"), parsers.load(d / "before.mlir"))
+    assert named.axis_names == "reference" and named.mesh == '["fsdp"=2, "tp"=4]'
+    assert set(named.by_kind_and_axes()) == {'all_gather over {"fsdp"}', 'all_reduce over {"tp"}'}
+    assert "axis_" not in named.render()
+    # a shard_map module carries its sdy.mesh: its own names
+    own = audit(parsers.load(FIXTURES / "megatron_mlp_shard_map" / "after.mlir"))
+    assert own.axis_names == "module" and {c.axes for c in own.collectives} == {("tp",)}
+
+
+def test_byte_model_is_stated() -> None:
+    a = audit(parsers.load(FIXTURES / "llama_block_shardy" / "after.hlo"))
+    text = a.render()
+    assert "byte model (ring" in text and "2·(n-1)/n·S" in text and "(n-1)/n·S_out" in text
+    assert set(a.to_json()["byte_model"]["kinds"]) == {"all_reduce", "all_gather"}
+
+
+COUNTDOWN = """HloModule m, num_partitions=4
+
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %add = f32[] add(%a, %b)
+}
+
+%cond (c: (s32[], f32[8])) -> pred[] {
+  %c = (s32[], f32[8]) parameter(0)
+  %i = s32[] get-tuple-element(%c), index=0
+  %zero = s32[] constant(0)
+  ROOT %gt = pred[] compare(%i, %zero), direction=GT
+}
+
+%body (t: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %t = (s32[], f32[8]) parameter(0)
+  %j = s32[] get-tuple-element(%t), index=0
+  %x = f32[8] get-tuple-element(%t), index=1
+  %ar = f32[8] all-reduce(%x), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%sum
+  %two = s32[] constant(2)
+  %next = s32[] subtract(%j, %two)
+  ROOT %out = (s32[], f32[8]) tuple(%next, %ar)
+}
+
+ENTRY %main.1_spmd (p: f32[8]) -> f32[8] {
+  %p = f32[8] parameter(0), sharding={replicated}
+  %seven = s32[] constant(7)
+  %init = (s32[], f32[8]) tuple(%seven, %p)
+  %w = (s32[], f32[8]) while(%init), condition=%cond, body=%body
+  ROOT %r = f32[8] get-tuple-element(%w), index=1
+}
+"""
+
+
+def test_static_trip_counts_counting_down_and_loop_collectives_by_dependence() -> None:
+    # a counter from 7 while > 0, minus 2: 4 trips; the all-reduce of f32[8] (32 bytes, n=4) moves 48 each.
+    a = audit(parsers.loads(COUNTDOWN, "countdown.hlo"))
+    assert [(c.bytes, c.executions) for c in a.collectives] == [(48, 4)] and a.total_bytes == 192
+    # two ppermutes of one call in a ring loop (4 trips) do not read each other: no "repeated collectives"
+    ring = audit(parsers.load(FIXTURES / "ring_attention_shard_map_fori" / "after.mlir"))
+    assert [c.executions for c in ring.collectives] == [4, 4] and ring.layers_from != "repeated collectives"
+
+
+def test_cli_audit_reference_names_axes() -> None:
+    d = FIXTURES / "llama_scan_shardy"
+    proc = run_cli("audit", d / "after.hlo", "--reference", d / "before.mlir", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["mesh"] == '["fsdp"=2, "tp"=4]' and data["total_bytes_per_device"] == 21_504
+    assert all(c["bytes_per_step"] == 2 * c["bytes"] for c in data["collectives"])
