@@ -2,7 +2,8 @@
 
 An all-reduce removes the partial axes its groups span, if its reducer is theirs; over axes where the
 value is replicated it multiplies (a new value); over axes where it is split it adds different shards
-(an exact, usually unintended, fold). An all-gather removes a split only in the order of the shards; a
+(an exact, usually unintended, fold). An all-gather removes a split only in the order of the shards, or
+(`tiled=False`: along another, unsplit dim) moves the split's digits into that dim in group order; a
 reduce-scatter is an all-reduce then a split; an all-to-all moves a split from one dim to another; a
 cyclic collective-permute rolls the shards. `partition-id` starts the device-dependent index arithmetic.
 """
@@ -10,7 +11,7 @@ cyclic collective-permute rolls the shards. `partition-id` starts the device-dep
 from __future__ import annotations
 
 import numpy as np
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, upstream
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, regroup, upstream
 from scalify_hlo.rules.spmd import axes_text
 
 from scalify_hlo.ir.dtypes import numpy_dtype
@@ -154,11 +155,39 @@ def all_gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
                                 f"{list(have)}: the group order does not match the shard order", evidence=True,
                                 expected=f"gather over the minor axes {list(have)}", found=str(list(axes))))
         elif set(axes) & f.layout.split_axes():
-            out.append(ctx.fail(op, f"all-gather along dim {dim} over {list(axes)}, but the value is split over "
-                                f"them along another dim ({ctx.describe(f.layout)})", evidence=True))
+            out.append(_gather_into_new_dim(ctx, op, f, axes, dim))
         else:
             out.append(Holds(ctx.terms.tile(f.term, dim, ctx.mesh.size_of(axes)), f.layout, f.origin))
     return tuple(out)
+
+
+def _gather_into_new_dim(ctx: Ctx, op: Op, f: Holds, axes: tuple[str, ...], d: int) -> Fact:
+    """An all-gather along an unsplit dim `d` of a value split over `axes` along another dim `e`: what
+    `all_gather(tiled=False)` lowers to (a new unit dim, then the gather along it). Member `j` of a group
+    sends its block of `e`, so position `j` of `d` now indexes the `axes` digits of `e` (in group order)
+    and `e` keeps its other axes: the result is replicated over `axes` and holds a data movement of the
+    old tensor (the `axes` digits of `e` moved to the major end of `d`)."""
+    layout, term = f.layout, f.term
+    owners = [e for e, dd in enumerate(layout.dims) if set(axes) & set(dd)]
+    if len(owners) != 1 or layout.dims[d] or not set(axes) <= set(layout.dims[owners[0]]):
+        return ctx.unsupported(op, f"an all-gather along dim {d} over {list(axes)} of a value laid out as "
+                               f"{ctx.describe(layout)}")
+    (e,) = owners
+    have = layout.dims[e]
+    shape = term.type.shape
+    n = ctx.mesh.size_of(have)
+    if shape[e] % n:
+        return ctx.unsupported(op, f"an all-gather of an unevenly split dim {e}")
+    digits = [[(f"_{i}", s)] for i, s in enumerate(shape)]
+    digits[e] = [*((a, ctx.mesh.axis_size(a)) for a in have), ("_local", shape[e] // n)]
+    target = [[f"_{i}"] for i in range(len(shape))]
+    target[d] = [*axes, f"_{d}"]
+    rest = tuple(a for a in have if a not in axes)
+    target[e] = [*rest, "_local"]
+    moved = regroup(ctx.terms, term, digits, target)
+    dims = list(layout.dims)
+    dims[e] = rest
+    return Holds(moved, Layout(tuple(dims), layout.partial), f.origin)
 
 
 def reduce_scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

@@ -10,7 +10,8 @@ vectorised row per device. `Failed` is a value about which nothing can be said, 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -120,18 +121,75 @@ def view(term: Term, have: Layout, want: tuple[tuple[str, ...], ...], mesh: Mesh
     """`term` (held under `have`) seen as the global tensor held under the more split dims `want`.
 
     A value replicated over axes `A` is, on every device, the shard of the tensor made of `n_A` copies
-    of it (`tile`). That is only the same layout when the added axes are *major* to the axes the dim is
-    already split over, and not already used by `have` (split or partial).
+    of it (`tile`, the added axes major), and not already used by `have` (split or partial). A dim split
+    over the same axes in another order holds its blocks in another order: a data movement of the tensor
+    (`permute_blocks`), so `want` may list a dim's axes in any order.
     """
     used = have.split_axes() | have.partial_axes()
+    wanted = [a for w in want for a in w]
+    if len(set(wanted)) != len(wanted):
+        return None
     for d, (h, w) in enumerate(zip(have.dims, want, strict=True)):
         if h == w:
             continue
-        extra = w[: len(w) - len(h)]
-        if w[len(w) - len(h):] != h or any(a in used for a in extra):
+        extra = tuple(a for a in w if a not in h)
+        if not set(h) <= set(w) or any(a in used for a in extra):
             return None
-        term = terms.tile(term, d, mesh.size_of(extra))
+        if (*extra, *h) == w:
+            term = terms.tile(term, d, mesh.size_of(extra))
+            continue
+        moved = permute_blocks(term, d, h, w, mesh, terms)
+        if moved is None:
+            return None
+        term = moved
     return term
+
+
+def permute_blocks(term: Term, d: int, have: tuple[str, ...], want: tuple[str, ...], mesh: Mesh,
+                   terms: Terms) -> Term | None:
+    """`term`, split along `d` over `have`, seen as split over `want` (`have`'s axes in any order, plus
+    axes the value is replicated over).
+
+    Device `c` holds block `b_have(c)` (the mixed-radix index of its coordinates over `have`, first axis
+    major). The tensor whose block `b_want(c)` is that block is `term` with the block digits of `d`
+    reordered from `have`'s order to `want`'s, repeated along the digits of the added axes: a data
+    movement (and a broadcast). None for an uneven split."""
+    assert set(have) <= set(want)
+    n = mesh.size_of(have)
+    size = term.type.shape[d]
+    if size % n:
+        return None
+    digits = [[(f"_{i}", s)] for i, s in enumerate(term.type.shape)]
+    digits[d] = [*((a, mesh.axis_size(a)) for a in have), ("_local", size // n)]
+    target = [[f"_{i}"] for i in range(term.type.rank)]
+    target[d] = [*want, "_local"]
+    return regroup(terms, term, digits, target, [(a, mesh.axis_size(a)) for a in want if a not in have])
+
+
+def regroup(terms: Terms, term: Term, digits: Sequence[Sequence[tuple[str, int]]],
+            target: Sequence[Sequence[str]], new: Sequence[tuple[str, int]] = ()) -> Term:
+    """`term` with each dim `i` cut into the named digits `digits[i]` (major first; their sizes multiply to
+    the dim) and the digits regrouped into the dims of `target` (runs of digit names, major first, every
+    digit used once): a pure data movement, reshape → transpose → reshape (normalised by `Terms.apply`).
+    Digits in `new` (name, size) are not `term`'s: the value is repeated along them (a broadcast)."""
+    fine = [dg for dim in digits for dg in dim]
+    names = [nm for nm, _ in fine]
+    sizes = dict([*fine, *new])
+    order_all = [nm for run in target for nm in run]
+    assert len(set(names) | {nm for nm, _ in new}) == len(names) + len(new) == len(order_all)
+    assert set(order_all) == set(sizes)
+    assert all(math.prod(s for _, s in dim) == n for dim, n in zip(digits, term.type.shape, strict=True))
+    dtype = term.type.dtype
+    kept = [nm for nm in order_all if nm in names]
+    order = tuple(names.index(nm) for nm in kept)
+    t = terms.apply("reshape", (term,), (), TensorType(tuple(s for _, s in fine), dtype))
+    t = terms.apply("transpose", (t,), (("permutation", order),), TensorType(tuple(fine[o][1] for o in order), dtype))
+    if new:
+        where = tuple(order_all.index(nm) for nm in kept)
+        t = terms.apply("broadcast_in_dim", (t,), (("broadcast_dimensions", where),),
+                        TensorType(tuple(sizes[nm] for nm in order_all), dtype))
+    return terms.apply("reshape", (t,), (), TensorType(tuple(math.prod(sizes[nm] for nm in run) for run in target),
+                                                       dtype))
 
 
 def join(layouts: list[Layout]) -> Layout | None:

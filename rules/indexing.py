@@ -65,8 +65,10 @@ def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
                                  evidence=True),)
             axes = match[0]
             if set(axes) & (x.layout.split_axes() | x.layout.partial_axes()):
-                return (ctx.fail(op, f"dynamic-slice takes a shard over {list(axes)} of a value already split "
-                                 "over them", evidence=True),)
+                # Legal and no layout (the collective matmul's lhs column block (i - k) mod n of rows split
+                # over the same axis): not evidence, so the case split by device may still follow it.
+                return (ctx.unsupported(op, f"a dynamic-slice taking a shard over {list(axes)} of a value "
+                                        "already split over them"),)
             n = ctx.mesh.size_of(axes)
             covered = sizes[d] * n * ctx.mesh.size_of(dims[d])
             if covered != gshape[d]:

@@ -1,8 +1,10 @@
 """Transfer rules for ops that move data around: broadcast, reshape, transpose, slice, concat, pad.
 
 A split dim is carried through a dimension bijection: a reshape keeps it only as the major part of the
-merged or split dims (DESIGN §3); a static slice keeps it only when it takes the whole local dim; a
-value replicated over axes combined with one split over them is seen as its tiled copies (`facts.view`).
+merged or split dims (DESIGN §3), once the splits of a merged group are moved to its major dim (the same
+local values read as the shards of a moved tensor); a static slice keeps it only when it takes the whole
+local dim; a value replicated over axes combined with one split over them is seen as its tiled copies
+(`facts.view`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, join, view
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, join, regroup, view
 
 from scalify_hlo.ir.nodes import Op, TensorType
 from scalify_hlo.layout.mesh import Layout
@@ -127,6 +129,13 @@ def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         hi = core[m][1][0] if m < len(core) else len(out_local)
         return [j for j in range(lo + 1, hi) if out_local[j] == 1]
 
+    for gi, _ in core:
+        if any(x.layout.dims[i] for i in gi[1:]):
+            moved = _split_to_major(ctx, x, gi)
+            if moved is None:
+                return (ctx.unsupported(op, "a reshape that merges a split dim with a more major dim, unevenly "
+                                        "split"),)
+            x = moved
     options: list[list[int]] = []
     split = [k for k, axes in enumerate(x.layout.dims) if axes]
     for k in split:
@@ -158,6 +167,31 @@ def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     if not choices:
         return (ctx.unsupported(op, f"a reshape {list(xlocal)} → {list(out_local)} that drops a split dim"),)
     return (min(choices, key=lambda c: c[0])[1],)
+
+
+def _split_to_major(ctx: Ctx, x: Holds, group: list[int]) -> Holds | None:
+    """The same local values, read as the shards of another global tensor: every split of the dims of
+    `group` (consecutive dims a reshape merges or splits) moved to its first dim, as that dim's major part.
+
+    On device `c` the local block is `X[.., b_k(c) * l_k + i_k, ..]` (dims `k` of the group, `l_k` their
+    local sizes, `b_k(c) = 0` for unsplit dims). The tensor `X2` whose first group dim is split over all the
+    group's axes (in dim order) and whose other group dims are whole, `X2[(b(c), i_f), .., i_k, ..] = X[..]`,
+    has that same block on every device: a data movement of `X`. None for an uneven split."""
+    shape = x.term.type.shape
+    dims = x.layout.dims
+    if any(shape[k] % ctx.mesh.size_of(dims[k]) for k in group):
+        return None
+    digits = [[(f"_{i}", n)] for i, n in enumerate(shape)]
+    target = [[f"_{i}"] for i in range(len(shape))]
+    for k in group:
+        digits[k] = [*((a, ctx.mesh.axis_size(a)) for a in dims[k]), (f"_{k}", shape[k] // ctx.mesh.size_of(dims[k]))]
+    first = group[0]
+    axes = tuple(a for k in group for a in dims[k])
+    target[first] = [*axes, f"_{first}"]
+    term = regroup(ctx.terms, x.term, digits, target)
+    new_dims = [() if k in group else d for k, d in enumerate(dims)]
+    new_dims[first] = axes
+    return Holds(term, Layout(tuple(new_dims), x.layout.partial), x.origin)
 
 
 def bitcast(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

@@ -21,7 +21,7 @@ GENERATOR = "tools/gen_fixtures.py"
 ABSOLUTE_PATH = re.compile(r"(?<![\w.)\]>/])/(?:[\w.+-]+/)+")
 LIBRARY_FRAME = "site-packages"
 MAX_FILE_BYTES = 200_000
-MAX_TOTAL_BYTES = 3_000_000
+MAX_TOTAL_BYTES = 5_000_000  # the corpus grows by a correct/buggy pair per capability; keep clones small
 RTOL, ATOL = 1e-4, 1e-5
 
 AFTER_FILE = {
@@ -29,6 +29,7 @@ AFTER_FILE = {
     "compiled_hlo": "after.hlo",
     "mutated_hlo": "after.hlo",
     "shard_map_mlir": "after.mlir",
+    "gspmd_shard_map_mlir": "after.mlir",  # a shard_map lowered with Shardy off (SPMDFullToShardShape)
 }
 
 REQUIRED = {
@@ -131,6 +132,9 @@ def test_ir_shape(d: Path) -> None:
     if e["after_kind"] == "shard_map_mlir":
         assert "sdy.manual_computation" in after
         assert "sdy.sharding" not in before and "mhlo.sharding" not in before  # the reference is unsharded
+    elif e["after_kind"] == "gspmd_shard_map_mlir":
+        assert "SPMDFullToShardShape" in after and "sdy." not in after
+        assert "sdy.sharding" not in before and "mhlo.sharding" not in before
     else:
         assert re.search(r"^HloModule ", after, re.M)
         assert "num_partitions=8" in after

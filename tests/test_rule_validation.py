@@ -6,6 +6,8 @@
   from f16/bf16/f32). Each egglog ruleset holds exactly the rules built from that table, so a rule added
   by hand, without its validation case, fails here.
 - The identities kept out of a domain really are false there (so the guard matters and this test can fail).
+- The ops declared homogeneous (`algebra.HOMOGENEOUS`: a constant factor moves out of them) are, each with
+  a NumPy example; the folding of float constants is exact rational arithmetic.
 - The Python canonicalisation (`Terms.apply`: unit folding, operand order, constant folding, negation as
   scaling, movement sinking) keeps values: random expressions over every dtype class are evaluated before
   and after canonicalisation (hypothesis).
@@ -14,10 +16,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pytest
+from egglog import BigRat, EGraph, eq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scalify_hlo.rules import algebra
@@ -230,3 +234,89 @@ def test_canonical_forms_of_every_op_and_constant_keep_values(dtype: str) -> Non
     """Exhaustive over the shapes the canonicaliser folds: op(x, c), op(c, x), two scalings, negations."""
     for i, steps in enumerate(_SHAPES):
         test_canonical_forms_keep_values.hypothesis.inner_test((dtype, steps), i)  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- linearity and constant folding
+
+# op(…, c·x, …) and c·op(…, x, …) in NumPy, per `algebra.HOMOGENEOUS` entry (op, arg): x is that argument,
+# `other` the other one (0 where the entry asks for it).
+_RNG_IDX = np.array([3, 0, 2, 2])
+_HOMOGENEOUS_EXAMPLES: dict[tuple[str, int], Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    ("reshape", 0): lambda x, _: x.reshape(4, 4, 2),
+    ("transpose", 0): lambda x, _: x.transpose(1, 0),
+    ("broadcast_in_dim", 0): lambda x, _: np.broadcast_to(x[None], (3, *x.shape)),
+    ("slice", 0): lambda x, _: x[1:7:2, 1:3],
+    ("reverse", 0): lambda x, _: x[::-1],
+    ("gather", 0): lambda x, _: x[_RNG_IDX],
+    ("pad", 0): lambda x, other: np.pad(x, ((1, 2), (0, 1)), constant_values=other.reshape(-1)[0]),
+    ("convert", 0): lambda x, _: x.astype(np.float64),  # float → float: the identity over the reals
+    ("dot_general", 0): lambda x, other: x @ other.T,
+    ("dot_general", 1): lambda x, other: other.T @ x,
+    ("reduce", 0): lambda x, other: np.sum(x, axis=0) + other.reshape(-1)[0],
+}
+
+
+@pytest.mark.parametrize("h", algebra.HOMOGENEOUS, ids=lambda h: f"{h.op}-{h.arg}")
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_homogeneous_ops_commute_with_scaling(h: algebra.Homogeneous, dtype: str) -> None:
+    assert (h.op, h.arg) in _HOMOGENEOUS_EXAMPLES, f"{h.op} (argument {h.arg}) has no validation example"
+    example = _HOMOGENEOUS_EXAMPLES[(h.op, h.arg)]
+    rng = np.random.default_rng(hash((h.op, h.arg, dtype)) % 2**32)
+    for c in (0.25, 3.0, -0.1, 1e3):
+        c = float(np.asarray(c).astype(_np(dtype)))
+        x = rng.standard_normal((8, 4)).astype(_np(dtype)).astype(np.float64)
+        other = np.zeros((8, 4)) if h.zero_other else rng.standard_normal((8, 4)).astype(_np(dtype)).astype(np.float64)
+        assert np.allclose(example(c * x, other), c * example(x, other), rtol=1e-9, atol=1e-12)
+
+
+def test_homogeneity_needs_a_zero_where_it_says_so() -> None:
+    """A sum started at 1, or a pad with 1s, is not homogeneous: the guard of `zero_other` matters."""
+    x, one = np.ones((8, 4)), np.ones((8, 4))
+    for op in ("reduce", "pad"):
+        example = _HOMOGENEOUS_EXAMPLES[(op, 0)]
+        assert not np.allclose(example(2 * x, one), 2 * example(x, one))
+
+
+def test_homogeneous_facts_only_for_real_ops_with_the_attrs() -> None:
+    sum_attrs = (("dimensions", (0,)), ("reducer", "sum"))
+    assert [h.arg for h in algebra.homogeneous_args("reduce", sum_attrs, ("f32", "f32"), "f32")] == [0]
+    assert not algebra.homogeneous_args("reduce", (("dimensions", (0,)), ("reducer", "max")), ("f32", "f32"), "f32")
+    assert not algebra.homogeneous_args("convert", (), ("f32",), "i32")  # truncation is not linear
+    assert not algebra.homogeneous_args("dot_general", (), ("i32", "i32"), "i32")  # integers: no RConst
+    assert [h.arg for h in algebra.homogeneous_args("dot_general", (), ("f32", "f32"), "f32")] == [0, 1]
+
+
+def test_linear_ruleset_has_one_rule_per_kind_of_homogeneity() -> None:
+    algebra.linear._update_egg_decls()
+    kinds = {(h.arity, h.arg if not h.zero_other else "zero") for h in algebra.HOMOGENEOUS}
+    assert len(algebra.linear.__egg_ruleset__.rules) == len(kinds) == 4  # type: ignore[attr-defined]
+
+
+def test_constant_folds_are_exact_rational_arithmetic() -> None:
+    """The folding rules compute on the exact values of float constants: what `Fraction` computes."""
+    ty = "f32[]"
+    values = [Fraction(1, 4), Fraction(3), Fraction(-5, 8), Fraction(float(np.float32(0.1)))]
+    ops: dict[str, Callable[..., Any]] = {
+        "add": algebra.r_add, "subtract": algebra.r_sub, "multiply": algebra.r_mul, "divide": algebra.r_div}
+    py: dict[str, Callable[[Fraction, Fraction], Fraction]] = {
+        "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
+        "divide": lambda a, b: a / b}
+    assert set(algebra.FOLDS) == {*ops, "negate"}
+
+    def const(q: Fraction) -> Any:
+        return algebra.r_const(BigRat(q.numerator, q.denominator), ty)
+
+    egraph = EGraph()
+    for f in ops.values():
+        for a in values:
+            for b in values:
+                egraph.register(f(const(a), const(b)))
+    for a in values:
+        egraph.register(algebra.r_neg(const(a)))
+    egraph.run(algebra.folds.saturate())
+    for name, f in ops.items():
+        for a in values:
+            for b in values:
+                egraph.check(eq(f(const(a), const(b))).to(const(py[name](a, b))))
+    for a in values:
+        egraph.check(eq(algebra.r_neg(const(a))).to(const(-a)))

@@ -17,18 +17,12 @@ from scalify_hlo.prove.engine import Options, prove
 FIXTURES = fixtures()
 
 LIMITS: dict[str, str] = {
-    "llama_train_adamw_fsdp_tp_shardy": "optax AdamW of partitioned gradients: sqrt of the second moment not proven "
-                                        "(was a false discrepancy at the FSDP gradient's offset-table dynamic-slice)",
     "window_lookup_vocab_shard_map": "a shifted-index gather of windows of several rows along the split dim "
                                      "is refused, not modelled",
     # correct programs that once got a false `discrepancy` (tools/programs/false_alarms.py)
-    "fa_all_gather_untiled_reshape_shard_map": "all_gather(tiled=False) + reshape merging the new dim: not modelled",
-    "fa_sum_all_gather_shard_map": "sum over the new dim of an all_gather(tiled=False) (a psum): not modelled",
     "fa_ring_allreduce_ppermute_shard_map": "a ring all-reduce from n-1 ppermute + add steps is not seen as a psum",
-    "fa_cond_psum_any_shard_map": "lax.cond on a reduce-or (any) has no case rule in the reference",
-    "fa_collective_matmul_shard_map": "collective matmul: dynamic_slice at (axis_index - k) mod n of a ppermuted block",
-    "fa_collective_matmul_offset_plus_shard_map": "collective matmul: dynamic_slice at (axis_index + k) mod n",
-    "fa_out_specs_yx_in_specs_xy_shard_map": "out_specs P(('y','x')) over in_specs P(('x','y')): block order transpose",
+    "fa_cond_psum_any_shard_map": "any(x > 0) as psum(local any, as int32) > 0: an or spelled as a count of "
+                                  "devices is not modelled (the lax.cond itself is)",
     "fa_cumsum_sharded_dim_shardy": "XLA's partitioned cumsum: all-gather, pad, dynamic-slice by 4*index, reduce-window",
     "fa_offset_table_clamped_mutated": "a dynamic-slice offset table entry past the end, clamped back by XLA",
     "fa_logsumexp_min_shift_shard_map": "logsumexp shifted by pmin (min, not max): the shift is not proven irrelevant",

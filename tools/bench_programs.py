@@ -25,8 +25,7 @@ Device counts above 2048: jaxlib 0.10's CPU client packs global device ids as ``
 ``ceil(devices / 2048)`` local worker processes joined with ``jax.distributed`` (gloo CPU collectives); only
 process 0 lowers and compiles, the others only complete the topology exchange.
 
-``inject_bug(after_text, layer, kind)`` breaks one layer of an unrolled after.hlo (kind ``replica_groups``: one
-all-reduce of that layer reduces over the other mesh axis) and returns the text and the instruction name.
+Bugs injected into the generated pairs live in ``tools/bench_mutations.py`` (``inject_bug`` is re-exported here).
 """
 
 from __future__ import annotations
@@ -53,6 +52,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+# Moved to bench_mutations.py; re-exported for callers of ``bench_programs.inject_bug`` (tests/test_scale_slow.py).
+from bench_mutations import entry_all_reduces as entry_all_reduces
+from bench_mutations import inject_bug as inject_bug
+from bench_mutations import instruction_line as instruction_line
+from bench_mutations import layer_of_line as layer_of_line
+
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / "tools"
 OUT = REPO / "out" / "bench"
@@ -64,6 +69,7 @@ MAX_CPU_DEVICES_PER_PROCESS = 2048  # jaxlib 0.10: kMaxCpuDevicesPerProcess = 1 
 SEQ = 2048
 TP = 8  # divides the 8 KV heads of every Llama-3.1 size
 GEN_TIMEOUT = 3600.0
+TRAIN_DTYPE = "bfloat16"  # train steps: params, AdamW moments and the residual stream between blocks
 
 
 def jax_version() -> str:
@@ -107,19 +113,22 @@ def mesh_shape(devices: int, tp: int = TP) -> tuple[int, int]:
     return devices // tp, tp
 
 
-def llama_config(size: str, layers: int, devices: int, tp: int = TP) -> Any:
+def llama_config(size: str, layers: int, devices: int, tp: int = TP, dtype: str = "float32") -> Any:
     """The ``LlamaConfig`` of one case: the real widths, ``layers`` blocks, seq 2048, batch = fsdp devices."""
+    import jax.numpy as jnp
     from programs import llama
 
     s = SIZES[size]
     fsdp, _ = mesh_shape(devices, tp)
     return llama.LlamaConfig(layers=layers, d_model=s.d_model, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads,
-                             head_dim=s.head_dim, ffn=s.ffn, vocab=s.vocab, seq=SEQ, batch=fsdp)
+                             head_dim=s.head_dim, ffn=s.ffn, vocab=s.vocab, seq=SEQ, batch=fsdp,
+                             dtype=jnp.dtype(dtype))
 
 
-def case_key(size: str, layers: int, devices: int, scanned: bool, tp: int = TP) -> str:
+def case_key(size: str, layers: int, devices: int, scanned: bool, tp: int = TP, train: bool = False) -> str:
     mesh = "" if min(tp, devices) == min(TP, devices) else f"_tp{tp}"
-    return f"{size}_L{layers}_{'scan' if scanned else 'unrolled'}_d{devices}{mesh}"
+    step = "_train" if train else ""
+    return f"{size}_L{layers}_{'scan' if scanned else 'unrolled'}_d{devices}{mesh}{step}"
 
 
 def processes_for(devices: int) -> int:
@@ -136,10 +145,11 @@ class Spec:
     devices: int
     scanned: bool
     tp: int = TP
+    train: bool = False  # a training step (programs/llama_train.py: loss, jax.grad, AdamW) instead of a forward
 
     @property
     def key(self) -> str:
-        return case_key(self.size, self.layers, self.devices, self.scanned, self.tp)
+        return case_key(self.size, self.layers, self.devices, self.scanned, self.tp, self.train)
 
     @property
     def mesh(self) -> dict[str, int]:
@@ -327,6 +337,8 @@ def _run_generation(spec: Spec, out: Path, *, full_compile: bool, xla_flags: str
                        "--processes", str(nproc), "--port", str(port), "--dump", str(dump), "--out", str(out)]
                 if spec.scanned:
                     cmd.append("--scanned")
+                if spec.train:
+                    cmd.append("--train")
                 if full_compile:
                     cmd.append("--full-compile")
                 env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", XLA_FLAGS=" ".join(
@@ -430,11 +442,20 @@ def _build(spec: Spec) -> tuple[Any, tuple[Any, ...], Any]:
     from jax.sharding import PartitionSpec as P
     from programs import llama
 
-    cfg = llama_config(spec.size, spec.layers, spec.devices, spec.tp)
+    cfg = llama_config(spec.size, spec.layers, spec.devices, spec.tp, TRAIN_DTYPE if spec.train else "float32")
     mesh = jax.make_mesh(mesh_shape(spec.devices, spec.tp), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2)
 
     def named(tree: Any) -> Any:
         return jax.tree.map(lambda s: NamedSharding(mesh, s), tree, is_leaf=lambda x: isinstance(x, P))
+
+    if spec.train:  # params, AdamW state (sharded like the params) and activations; outputs shard the same way
+        from programs import llama_train
+
+        train_args = llama_train.abstract_args(cfg, scanned=spec.scanned)
+        in_specs, out_specs = llama_train.abstract_specs(train_args, scanned=spec.scanned)
+        step = llama_train.make_train_step(cfg, scanned=spec.scanned)
+        return jax.jit(step, in_shardings=tuple(named(in_specs)), out_shardings=named(out_specs)), \
+            tuple(train_args), mesh
 
     act = llama.activation_spec()
     x = jax.ShapeDtypeStruct((cfg.batch, cfg.seq, cfg.d_model), cfg.dtype)
@@ -469,7 +490,7 @@ def worker(ns: argparse.Namespace) -> int:
     if ns.process_id != 0:
         while True:  # only the topology exchange is needed from the other processes; the parent kills us
             time.sleep(3600)
-    spec = Spec(ns.config, ns.layers, ns.devices, ns.scanned, ns.tp)
+    spec = Spec(ns.config, ns.layers, ns.devices, ns.scanned, ns.tp, ns.train)
     jitted, args, _ = _build(spec)
     lowered = jitted.lower(*args)
     _emit("lowered")
@@ -479,158 +500,6 @@ def worker(ns: argparse.Namespace) -> int:
     lowered.compile(compiler_options={"xla_dump_to": ns.dump, "xla_dump_hlo_pass_re": "spmd-partitioning"})
     _emit("compiled")
     return 0
-
-
-# ============================================================================================ mutations
-
-
-_GROUPS = re.compile(r"replica_groups=(\{(?:\{[\d,]*\},?)*\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?"
-                     r"|mesh\[[^\]]*\]\s*\{[^}]*\})")
-
-
-def parse_replica_groups(spelling: str, num_partitions: int) -> list[list[int]]:
-    """Explicit ``{{0,1},{2,3}}``, iota ``[2,4]<=[4,2]T(1,0)`` or mesh ``mesh['a'=2,'b'=4] {'b'}`` → groups."""
-    import numpy as np
-
-    if spelling.startswith("{"):
-        return [[int(v) for v in g.split(",") if v] for g in re.findall(r"\{([\d,]*)\}", spelling[1:-1])]
-    if spelling.startswith("["):
-        m = re.fullmatch(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", spelling)
-        assert m, spelling
-        shape = [int(v) for v in m.group(1).split(",")]
-        dims = [int(v) for v in m.group(2).split(",")]
-        ids = np.arange(int(np.prod(dims))).reshape(dims)
-        if m.group(3):
-            ids = ids.transpose([int(v) for v in m.group(3).split(",")])
-        return ids.reshape(shape).tolist()
-    m = re.fullmatch(r"mesh\[([^\]]*)\]\s*\{([^}]*)\}", spelling)
-    assert m, spelling
-    axes = re.findall(r"'([^']+)'=(\d+)", m.group(1))
-    names, sizes = [a for a, _ in axes], [int(s) for _, s in axes]
-    assert int(np.prod(sizes)) == num_partitions, spelling
-    keep = [names.index(a) for a in re.findall(r"'([^']+)'", m.group(2))]
-    rest = [i for i in range(len(names)) if i not in keep]
-    ids = np.arange(num_partitions).reshape(sizes).transpose(rest + keep)
-    return ids.reshape(-1, int(np.prod([sizes[i] for i in keep]))).tolist()
-
-
-def spell_replica_groups(groups: list[list[int]]) -> str:
-    """The shortest of XLA's spellings that is exact: iota ``[n,g]<=[N]`` / ``[n,g]<=[g,n]T(1,0)``, else explicit."""
-    import numpy as np
-
-    a = np.asarray(groups)
-    n, g = a.shape
-    total = n * g
-    if np.array_equal(a, np.arange(total).reshape(n, g)):
-        return f"[{n},{g}]<=[{total}]"
-    if np.array_equal(a, np.arange(total).reshape(g, n).T):
-        return f"[{n},{g}]<=[{g},{n}]T(1,0)"
-    return "{" + ",".join("{" + ",".join(str(int(v)) for v in row) + "}" for row in a) + "}"
-
-
-def other_axis_groups(groups: list[list[int]]) -> list[list[int]]:
-    """Groups over the other axis of a 2-D mesh: one member of each original group (the transpose)."""
-    if len({len(g) for g in groups}) != 1 or len(groups) < 2:
-        raise ValueError(f"cannot move groups {groups[:2]}... to another axis: need >= 2 equal-sized groups")
-    return [list(col) for col in zip(*groups, strict=True)]
-
-
-def num_partitions_of(text: str) -> int:
-    m = re.search(r"num_partitions=(\d+)", text.split("\n", 1)[0])
-    if m:
-        return int(m.group(1))
-    ids = [int(v) for v in re.findall(r"<=\[(\d+)\]", text)]
-    if not ids:
-        raise ValueError("cannot tell the number of partitions from the HloModule header")
-    return max(ids)
-
-
-def entry_all_reduces(text: str) -> list[tuple[int, str]]:
-    """(line index, instruction name) of every all-reduce in the ENTRY computation, in text order."""
-    lines = text.split("\n")
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("ENTRY "))
-    out = []
-    for i in range(start + 1, len(lines)):
-        ln = lines[i]
-        if ln.startswith("}"):
-            break
-        m = re.match(r"\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*\S+\s+all-reduce\(", ln)
-        if m:
-            out.append((i, m.group(1)))
-    return out
-
-
-def layers_in(text: str) -> int:
-    """Number of unrolled layers, from the parameter names ``layers[k][...]`` JAX puts in the metadata."""
-    ks = [int(k) for k in re.findall(r"op_name=\"layers\[(\d+)\]", text)]
-    if not ks:
-        raise ValueError("no layers[k] parameters: not an unrolled program")
-    return max(ks) + 1
-
-
-def layer_of_line(text: str, line: int, per_layer: int) -> int | None:
-    """The layer an ENTRY line belongs to: layer k ends with its ``per_layer``-th all-reduce (plus the residual)."""
-    ends = [i for j, (i, _) in enumerate(entry_all_reduces(text)) if j % per_layer == per_layer - 1]
-    for k, end in enumerate(ends):
-        if line <= end + 1:
-            return k
-    return None
-
-
-def instruction_line(text: str, name: str) -> int | None:
-    name = name.lstrip("%")
-    m = re.search(rf"^\s*(?:ROOT\s+)?%{re.escape(name)} = ", text, re.M)
-    return text.count("\n", 0, m.start()) if m else None
-
-
-def inject_bug(after_text: str, layer: int, kind: str = "replica_groups", *, per_layer: int | None = None,
-               which: int = 0, check: bool = True) -> tuple[str, str]:
-    """Break layer ``layer`` (0-based) of an unrolled after.hlo; return (mutated text, instruction name).
-
-    ``replica_groups``: the ``which``-th all-reduce of that layer (0: attention-out, 1: FFN-down for Llama) gets
-    replica groups over the other mesh axis (tp groups -> fsdp groups). The layer's all-reduces are found by
-    order: ENTRY's all-reduces come layer by layer, ``per_layer`` each (count them in a 1-layer program; by
-    default total / layers). ``check`` re-parses the result with XLA's HLO parser."""
-    if kind != "replica_groups":
-        raise ValueError(f"unknown bug kind {kind!r}; supported: replica_groups")
-    reduces = entry_all_reduces(after_text)
-    n_layers = layers_in(after_text)
-    if per_layer is None:
-        if len(reduces) % n_layers:
-            raise ValueError(f"{len(reduces)} all-reduces do not split evenly over {n_layers} layers")
-        per_layer = len(reduces) // n_layers
-    if not 0 <= layer < n_layers or not 0 <= which < per_layer:
-        raise ValueError(f"layer {layer} / all-reduce {which}: the program has {n_layers} layers, "
-                         f"{per_layer} all-reduces each")
-    if len(reduces) != per_layer * n_layers:
-        raise ValueError(f"{len(reduces)} all-reduces in ENTRY, expected {per_layer} x {n_layers} layers")
-    index, name = reduces[layer * per_layer + which]
-    lines = after_text.split("\n")
-    line = lines[index]
-    _check_layer_order(lines, index, layer)
-    m = _GROUPS.search(line)
-    if not m:
-        raise ValueError(f"%{name}: no replica_groups in {line[:200]}")
-    groups = parse_replica_groups(m.group(1), num_partitions_of(after_text))
-    wrong = spell_replica_groups(other_axis_groups(groups))
-    lines[index] = line[: m.start(1)] + wrong + line[m.end(1):]
-    text = "\n".join(lines)
-    if check:
-        import jaxlib._hlo as xla_hlo
-
-        xla_hlo.hlo_module_from_text(text)
-    return text, name
-
-
-def _check_layer_order(lines: list[str], index: int, layer: int) -> None:
-    """Sanity: the nearest parameter above the all-reduce is one of layer ``layer``'s weights."""
-    for ln in reversed(lines[:index]):
-        m = re.search(r"parameter\(\d+\).*op_name=\"layers\[(\d+)\]", ln)
-        if m:
-            if int(m.group(1)) != layer:
-                raise ValueError(f"all-reduce order does not follow the layers: the weight above is "
-                                 f"layers[{m.group(1)}], expected layers[{layer}]")
-            return
 
 
 # ================================================================================================== CLI
@@ -647,6 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--devices", type=int, default=64)
         p.add_argument("--scanned", action="store_true", help="lax.scan over layer-stacked params")
         p.add_argument("--tp", type=int, default=TP, help=f"tensor-parallel mesh axis size (default {TP})")
+        p.add_argument("--train", action="store_true", help=f"a training step (grad + AdamW, {TRAIN_DTYPE} params)")
         p.add_argument("--full-compile", action="store_true",
                        help="let XLA finish the compile instead of stopping at the partitioned dump")
     gen.add_argument("--force", action="store_true", help="regenerate even if cached")
@@ -662,7 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.layers = SIZES[ns.config].layers
     if ns.cmd == "_worker":
         return worker(ns)
-    g = generate_case(Spec(ns.config, ns.layers, ns.devices, ns.scanned, ns.tp), ns.dest, force=ns.force,
+    g = generate_case(Spec(ns.config, ns.layers, ns.devices, ns.scanned, ns.tp, ns.train), ns.dest, force=ns.force,
                       full_compile=ns.full_compile, xla_flags=ns.xla_flags)
     print(json.dumps({"before": str(g.before), "after": str(g.after), "cached": g.cached, **g.stats}, indent=2))
     return 0

@@ -55,6 +55,8 @@ if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 
 from programs import (  # noqa: E402
+    control_flow,
+    dp_mean,
     false_alarms,
     llama,
     llama_train,
@@ -68,6 +70,7 @@ from programs import (  # noqa: E402
     rmsnorm,
     rope_sp,
     soundness,
+    symbolic_layouts,
     train,
     ulysses,
     vocab_parallel,
@@ -405,7 +408,7 @@ class Built:
     name: str
     description: str
     verdict: str
-    after_kind: str  # spmd_hlo | compiled_hlo | shard_map_mlir | mutated_hlo
+    after_kind: str  # spmd_hlo | compiled_hlo | shard_map_mlir | gspmd_shard_map_mlir | mutated_hlo
     mesh: dict[str, int]
     before_text: str
     after_text: str
@@ -423,7 +426,7 @@ class Built:
 
     @property
     def after_file(self) -> str:
-        return "after.mlir" if self.after_kind == "shard_map_mlir" else "after.hlo"
+        return "after.mlir" if self.after_kind in ("shard_map_mlir", "gspmd_shard_map_mlir") else "after.hlo"
 
 
 REGISTRY: dict[str, tuple[str, Callable[[str], Built]]] = {}
@@ -974,6 +977,43 @@ fixture("train_clip_shard_map_local_norm", "FSDP SGD step with gradient clipping
         "gradient shard only (no psum over dp)")(_train_clip("local_norm"))
 
 
+def _dp_mean_sgd(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((4, 2), ("dp", "tp"))
+        in_specs, _ = dp_mean.sgd_specs()
+        return shard_map_pair(name, dp_mean.sgd_step, dp_mean.shard_map_sgd(mesh, variant), mesh,
+                              train_regression_args(name), ["params", "x", "y"], in_specs,
+                              None if variant == "correct" else dp_mean.SGD_VARIANTS[variant])
+
+    return fn
+
+
+fixture("dp_mean_sgd_shard_map", "textbook data-parallel SGD step in shard_map (params replicated, batch over dp "
+        "of a 4x2 dp x tp mesh): value_and_grad of the local *mean* loss, pmean of grads and loss over dp "
+        "(correct: the mean of equal-size shard means is the global mean)")(_dp_mean_sgd("correct"))
+fixture("dp_mean_sgd_shard_map_pmean_wrong_axis", "data-parallel SGD step averaging the per-shard mean "
+        "gradients over tp (params replicated there) instead of dp")(_dp_mean_sgd("pmean_wrong_axis"))
+
+
+def _dp_mean_adamw(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((4, 2), ("dp", "tp"))
+        args = dp_mean.init_adamw(rng_for("dp_mean_adamw"))
+        in_specs, _ = dp_mean.adamw_specs(args[1])
+        return shard_map_pair(name, dp_mean.adamw_step, dp_mean.shard_map_adamw(mesh, args[1], variant), mesh,
+                              args, ["params", "opt_state", "x", "y"], in_specs,
+                              None if variant == "correct" else dp_mean.ADAMW_VARIANTS[variant])
+
+    return fn
+
+
+fixture("dp_mean_adamw_shard_map", "data-parallel optax AdamW step of a small MLP in shard_map (params and "
+        "optimizer state replicated, batch over dp): pmean of the local mean loss's gradients, then the AdamW "
+        "update (sqrt of the second moment) (correct)")(_dp_mean_adamw("correct"))
+fixture("dp_mean_adamw_shard_map_local_grads", "data-parallel optax AdamW step feeding each shard's own "
+        "gradients to the optimizer (no pmean over dp)")(_dp_mean_adamw("local_grads"))
+
+
 # --------------------------------------------------------------------------------------- parallelism styles
 
 
@@ -1224,6 +1264,76 @@ fixture("window_lookup_vocab_shard_map", "vocab-parallel lookup of two-row windo
         "(once a false equivalent under --assume)")(_window_lookup)
 
 
+# ---------------------------------------------------------- control flow: lax.switch / lax.cond in shard_map
+# Programs: tools/programs/control_flow.py. The `_gspmd` pairs lower the same shard_map with Shardy off:
+# SPMDFullToShardShape / SPMDShardToFullShape custom calls around a plain call instead of a region.
+
+
+def _control_flow(ref: Callable[..., Any], body: Callable[..., Any], switch: bool, *,
+                  shardy: bool = True) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((control_flow.N,), ("x",))
+        rng = rng_for("control_flow")
+        args = control_flow.init(rng) if switch else control_flow.init(rng)[1:]
+        names = ["step", "x"] if switch else ["x"]
+        specs, out_spec = control_flow.switch_specs()
+        specs = specs if switch else specs[1:]
+        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=out_spec,
+                                     check_vma=switch))
+        bug = body if "# BUG:" in inspect.getsource(body) else None
+        previous = jax.config.jax_use_shardy_partitioner  # type: ignore[attr-defined]
+        jax.config.update("jax_use_shardy_partitioner", shardy)
+        try:
+            if shardy:
+                return shard_map_pair(name, ref, impl, mesh, args, names, specs, bug)
+            built = _gspmd_shard_map_pair(name, ref, impl, mesh, args, names, specs, bug)
+        finally:
+            jax.config.update("jax_use_shardy_partitioner", previous)
+        return built
+
+    return fn
+
+
+def _gspmd_shard_map_pair(name: str, ref: Callable[..., Any], impl: Callable[..., Any], mesh: jax.sharding.Mesh,
+                          args: Sequence[Any], argnames: Sequence[str], in_specs: Sequence[Any],
+                          bug_fn: Callable[..., Any] | None) -> Built:
+    """`shard_map_pair` with Shardy off: the after program's shard_map is the GSPMD boundary custom calls."""
+    in_sh = tuple(named(mesh, s) for s in in_specs)
+    before_text = jax.jit(ref).lower(*sds(args)).as_text(debug_info=True)
+    after_text = jax.jit(impl).lower(*sds(tuple(args), in_sh)).as_text(debug_info=True)
+    assert "SPMDFullToShardShape" in after_text and "sdy." not in after_text, f"{name}: not a GSPMD shard_map"
+    inputs, input_names = leaves_with_names(args, argnames)
+    placed = [jax.device_put(a, s) for a, s in zip(args, in_sh, strict=True)]
+    bug = bug_of(bug_fn) if bug_fn is not None else None
+    return Built(
+        name=name, description=description_of(name), verdict="discrepancy" if bug else "equivalent",
+        after_kind="gspmd_shard_map_mlir", mesh=mesh_dict(mesh), before_text=before_text, after_text=after_text,
+        inputs=inputs, input_names=input_names, before_out=to_numpy_list(jax.jit(ref)(*args)),
+        after_out=to_numpy_list(jax.jit(impl)(*placed)), bug=bug,
+    )
+
+
+CF = control_flow
+fixture("switch_replicated_index_shard_map", "lax.switch on a replicated step index in a shard_map: x * 2, "
+        "x / psum(local sum of squares), x - pmax(local max) (correct)")(
+    _control_flow(CF.switch_ref, CF.switch_body, True))
+fixture("switch_replicated_index_shard_map_pmin", "lax.switch in a shard_map whose third branch takes pmin "
+        "of the local maxima where pmax belongs")(_control_flow(CF.switch_ref, CF.switch_body_pmin, True))
+fixture("switch_branches_swapped_shard_map", "lax.switch in a shard_map with the same branches in another "
+        "order (the same ops and collectives, another program)")(
+    _control_flow(CF.switch_ref, CF.switch_body_swapped, True))
+fixture("cond_psum_predicate_shard_map", "lax.cond on psum(local sum) > 0 in a shard_map against lax.cond on "
+        "sum(x) > 0 (correct)")(_control_flow(CF.cond_ref, CF.cond_body, False))
+fixture("cond_local_predicate_shard_map", "lax.cond in a shard_map on the local sum > 0: the devices take "
+        "different branches")(_control_flow(CF.cond_ref, CF.cond_body_local, False))
+fixture("switch_replicated_index_gspmd_shard_map", "the lax.switch shard_map with Shardy off: "
+        "SPMDFullToShardShape / SPMDShardToFullShape custom calls around the body (correct)")(
+    _control_flow(CF.switch_ref, CF.switch_body, True, shardy=False))
+fixture("switch_replicated_index_gspmd_shard_map_pmin", "the lax.switch shard_map with Shardy off, pmin "
+        "where pmax belongs in its third branch")(
+    _control_flow(CF.switch_ref, CF.switch_body_pmin, True, shardy=False))
+
+
 # ------------------------------------------------ false alarms: correct programs once called `discrepancy`
 # A `discrepancy` needs a counterexample. Each pair below computes the same values as its reference (XLA says
 # so: write_fixture compares the outputs, _fa_mutated reruns an edited module) but has a construct that once
@@ -1372,6 +1482,64 @@ def _fa_offset_clamped(name: str) -> Built:
                                                  "constant({" + ", ".join(map(str, changed)) + "})"))
     return _fa_mutated(name, base_name, new, f"offset table {table.group(1)} {values} -> {changed}: starts past "
                        f"{limit} are clamped to {limit} by dynamic-slice")
+
+
+# ------------------------------------------ symbolic layouts (issue 12): blocks in another order than split
+# Programs: tools/programs/symbolic_layouts.py. Correct pairs and their `# BUG:` twins (wrong axis order,
+# wrong dim, out_specs that keep the blocks where the reference moves them).
+
+
+def _sl_pair(ref: Callable[..., Any], body: Callable[..., Any], specs: Sequence[Any], out_spec: Any, *,
+             two_axes: bool = True, shapes: Sequence[tuple[int, ...]] = ((64, 4),),
+             argnames: Sequence[str] = ("x",)) -> Callable[[str], Built]:
+    """A shard_map pair on a float32 normal input over the 2 x 4 mesh ("x", "y") (or 8 devices on "x");
+    a bug pair when `body` has a `# BUG:` line. check_vma is off: JAX cannot see that a gathered value is
+    the same on every device."""
+    def fn(name: str) -> Built:
+        mesh = make_mesh(SL.MESH_XY, ("x", "y")) if two_axes else make_mesh((SL.N,), ("x",))
+        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_spec, check_vma=False))
+        return shard_map_pair(name, ref, impl, mesh, _fa_normal(name, *shapes), list(argnames), specs,
+                              body if "# BUG:" in inspect.getsource(body) else None)
+
+    return fn
+
+
+SL = symbolic_layouts
+fixture("sl_gather_xy_untiled_shard_map", "all_gather(tiled=False) over (x, y) of rows split over (x, y), "
+        "reshaped back to the whole (correct)")(
+    _sl_pair(SL.tanh2_ref, SL.gather_xy_untiled_body, [P(("x", "y"), None)], P()))
+fixture("sl_gather_yx_untiled_shard_map", "all_gather(tiled=False) over (y, x) of rows split over (x, y), "
+        "reshaped as if the group order were the block order")(
+    _sl_pair(SL.tanh2_ref, SL.gather_yx_untiled_body, [P(("x", "y"), None)], P()))
+fixture("sl_gather_yx_untiled_reordered_shard_map", "all_gather(tiled=False) over (y, x) of rows split over "
+        "(x, y), the gathered dim put back in (x, y) order before the merge (correct)")(
+    _sl_pair(SL.tanh2_ref, SL.gather_yx_untiled_reordered_body, [P(("x", "y"), None)], P()))
+fixture("sl_gather_y_untiled_shard_map", "all_gather(tiled=False) over the minor axis y of rows split over "
+        "(x, y), merged: rows split over x, out_specs P(x) (correct)")(
+    _sl_pair(SL.tanh2_ref, SL.gather_y_untiled_body, [P(("x", "y"), None)], P("x", None)))
+fixture("sl_gather_untiled_swapped_shard_map", "all_gather(tiled=False) over x, the two leading dims swapped "
+        "before the merge (rows interleaved)")(
+    _sl_pair(SL.tanh2_ref, SL.gather_untiled_swapped_body, [P("x", None)], P(), two_axes=False))
+fixture("sl_sum_gather_wrong_dim_shard_map", "sum of all_gather(x) over dim 1 (inside the blocks) where the "
+        "block sum is over the gathered dim 0")(
+    _sl_pair(SL.block_sum_ref, SL.sum_gather_wrong_dim_body, [P("x", None)], P(), two_axes=False))
+fixture("sl_out_specs_yx_kept_shard_map", "sin with in_specs and out_specs P(('x','y')) against a reference "
+        "that transposes the block grid (the out_specs P(('y','x')) were meant)")(
+    _sl_pair(SL.blocks_transposed_sin_ref, SL.sin_blocks_kept_body, [P(("x", "y"), None)], P(("x", "y"), None)))
+fixture("sl_out_specs_yx_replicated_x_shard_map", "x + 1 with x split over y alone and out_specs "
+        "P(('y','x')): each y-block twice in a row (correct)")(
+    _sl_pair(SL.repeat_y_blocks_ref, SL.plus_one_body, [P("y", None)], P(("y", "x"), None)))
+fixture("sl_out_specs_xy_replicated_x_shard_map", "x + 1 with x split over y alone and out_specs "
+        "P(('x','y')) (the whole x twice) against a reference repeating each block")(
+    _sl_pair(SL.repeat_y_blocks_ref, SL.plus_one_tiled_body, [P("y", None)], P(("x", "y"), None)))
+fixture("sl_collective_matmul_wrong_direction_shard_map", "collective matmul whose ring sends i -> i-1 while the "
+        "lhs column blocks (idx - k) mod n are taken for i -> i+1")(
+    _sl_pair(SL.matmul_ref, SL.collective_matmul_wrong_direction_body, [P("x", None), P("x", None)],
+             P("x", None), two_axes=False, shapes=[(16, 16), (16, 4)], argnames=["lhs", "rhs"]))
+fixture("sl_collective_matmul_step_two_shard_map", "collective matmul whose ring sends i -> i+2 while the "
+        "lhs column blocks are taken for i -> i+1")(
+    _sl_pair(SL.matmul_ref, SL.collective_matmul_step_two_body, [P("x", None), P("x", None)],
+             P("x", None), two_axes=False, shapes=[(16, 16), (16, 4)], argnames=["lhs", "rhs"]))
 
 
 # ============================================================================================ writing

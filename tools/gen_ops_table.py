@@ -362,6 +362,8 @@ def fixture_ops(known: dict[str, list[str]] | None = None) -> dict[str, str]:
 def _row(op: str, owner: dict[str, str], k: Knowledge, fixtures: dict[str, str]) -> Row:
     from scalify_hlo.parsers.stablehlo import _PREFIXES
 
+    from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS
+
     base, _, target = op.partition(" @")
     opcode = _opcode(base)
     parse = "yes" if base.startswith(_PREFIXES) else NO
@@ -369,7 +371,8 @@ def _row(op: str, owner: dict[str, str], k: Knowledge, fixtures: dict[str, str])
         parse += f" (jaxlib {EXTRA_OPS[op]}+)"
     if target:
         numeric = "yes" if target in k.numeric_targets else NO
-        layout = "identity" if target in k.layout_targets else NO
+        layout = NO if target not in k.layout_targets else (
+            "identity" if target in IDENTITY_CUSTOM_CALLS else "prove.derive._custom_call (a rule of its own)")
         rules = NONE
     else:
         numeric = "yes" if opcode in k.kernels else NO
@@ -470,7 +473,8 @@ jaxlibs (`EXTRA_OPS` in the tool); and the custom-call targets XLA and JAX emit 
 - **numeric**: `scalify_hlo.numeric.kernels.KERNELS` has a kernel for the opcode (custom calls: for the
   target), so the interpreter and counterexample search can run it.
 - **layout**: the transfer rule that carries sharding facts through the op: `scalify_hlo.ops.registry.OPS`,
-  a hook of `prove.derive.Deriver`, or inlining by `ir.inline` (custom calls: passed through unchanged).
+  a hook of `prove.derive.Deriver`, or inlining by `ir.inline` (custom calls: `identity` when passed
+  through unchanged, else a rule of the target's own that `prove.derive._custom_call` dispatches to).
 - **rules**: the typed constructors of `rules/algebra.py` (the egglog algebra, per number domain) that the
   op is fed to the e-graph as; every other op is an opaque node there.
 - **fixture**: the first fixture under `tests/fixtures/` (alphabetically) whose before/after program

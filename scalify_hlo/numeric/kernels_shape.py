@@ -192,13 +192,16 @@ def manual(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     return m.manual(op, args)
 
 
-_SHAPE_NEUTRAL = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
-                            "MoveToDevice", "annotate_device_placement", "LayoutConstraint",
-                            "xla.sdy.FuncResultSharding", "xla.sdy.Sharding"})
+_SHAPE_NEUTRAL = frozenset({"Sharding", "MoveToHost", "MoveToDevice", "annotate_device_placement",
+                            "LayoutConstraint", "xla.sdy.FuncResultSharding", "xla.sdy.Sharding"})
 
 
 def custom_call(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     target = str(op.attrs.get("call_target_name", ""))
+    if target == "SPMDFullToShardShape":
+        return m.boundary(op, args, entering=True)  # a GSPMD shard_map's boundary
+    if target == "SPMDShardToFullShape":
+        return m.boundary(op, args, entering=False)
     if target in _SHAPE_NEUTRAL:
         if len(args) != len(op.results) or any(
                 as_array(a).shape[1:] != r.tensor.shape for a, r in zip(args, op.results, strict=True)):

@@ -26,6 +26,7 @@ import numpy as np
 
 from scalify_hlo.ir.errors import MismatchError, ShardingError
 from scalify_hlo.ir.nodes import Func, Module, Op, Region, TensorType, Value, walk
+from scalify_hlo.layout import boundary
 from scalify_hlo.layout.mesh import Layout, Mesh, Reducer, infer_mesh, mesh_axes_of
 from scalify_hlo.layout.program import manual_layouts, module_mesh, sharding_of
 from scalify_hlo.layout.sharding import Tiled, layout_of, mesh_from_sdy
@@ -106,6 +107,26 @@ class Machine:
         results = sub.region(op.regions[0], local)
         return [assemble(as_array(r), _restrict(layout, manual), mesh, res.tensor.shape)[None]
                 for r, layout, res in zip(results, outs, op.results, strict=True)]
+
+    def boundary(self, op: Op, args: Sequence[Val], entering: bool) -> list[Val]:
+        """A GSPMD shard_map's boundary (`layout/boundary.py`), the module running on every device of its
+        mesh with global values replicated (`run_after`): entering, each device takes its shard of its
+        (identical) copy; leaving, the shards are assembled and every device holds the whole."""
+        if self.module is None or len(args) != 1:
+            raise NumericUnsupported(op, "a shard_map boundary outside a module")
+        mesh = module_mesh(self.module, self.module.main)
+        if mesh.size != self.devices:
+            raise NumericUnsupported(op, f"a shard_map boundary run on {self.devices} devices; its mesh has "
+                                     f"{mesh.size}")
+        x = as_array(args[0])
+        try:
+            if entering:
+                layout = boundary.entering(op, boundary.annotated_values(self.module).get(op.operands[0]), mesh)
+                return [shard(x[0], layout, mesh)]
+            whole = assemble(x, boundary.leaving(op, mesh), mesh, op.results[0].tensor.shape)
+        except ShardingError as err:
+            raise NumericUnsupported(op, err.message) from None
+        return [np.broadcast_to(whole, (self.devices, *whole.shape))]
 
     def _exec(self, op: Op) -> None:
         kernel = KERNELS.get(op.opcode)
@@ -294,6 +315,12 @@ def run_after(module: Module, inputs: Sequence[np.ndarray], mesh: Mesh | None = 
     shardings; partitioned HLO often has none, then the caller must pass them) cut to `out_shapes`."""
     if is_shard_map(module):
         return run_before(module, inputs)
+    if boundary.is_gspmd_manual(module):
+        # A shard_map under GSPMD: a global program whose body runs per device between two custom calls.
+        # Run on every device with the global values replicated (all devices compute them alike).
+        n = module_mesh(module, module.main).size
+        return [o[0] for o in run(module, [np.broadcast_to(np.asarray(x)[None], (n, *np.shape(x)))
+                                           for x in inputs], n)]
     f = module.main
     mesh = mesh or spmd_mesh(module)
     if module.num_partitions > 1 and mesh.size != module.num_partitions:
@@ -323,7 +350,7 @@ def run_pair(before: Module, after: Module, inputs: Sequence[np.ndarray]) -> tup
     whose local shape is the global one is read as replicated. (XLA of jax 0.11+ keeps no sharding at
     all on the module after SPMD partitioning: there every layout comes from `before`.)"""
     ref = run_before(before, inputs)
-    if is_shard_map(after):
+    if is_shard_map(after) or boundary.is_gspmd_manual(after):
         return ref, run_after(after, inputs)
     mesh = spmd_mesh(after)
     if len(before.meshes) == 1:

@@ -18,6 +18,11 @@ _HINTS = frozenset({
     "use_global_device_ids", "result_accuracy", "indices_are_sorted", "unique_indices", "algorithm",
     "mhlo.original_value", "backend_config",
 })
+# An HLO instruction's physical layout (minor-to-major order, as `result_layout` and the `xla_shape` text
+# spell it) changes where elements sit in memory, not their values: a hint for every op but `bitcast`,
+# which reinterprets the buffer (its transfer rule and kernel read the layouts themselves).
+_LAYOUTS = frozenset({"result_layout", "source_layout", "xla_shape"})
+_LAYOUT_MEANINGFUL = frozenset({"bitcast"})
 
 
 def region_key(region: Region, captured: Sequence[Value] = ()) -> tuple[Any, ...]:
@@ -51,7 +56,8 @@ def term_attrs(op: Op) -> tuple[tuple[str, Any], ...]:
 
 
 def _attrs(op: Op, index: dict[Value, int], free: dict[Value, int]) -> tuple[tuple[str, Any], ...]:
-    attrs = tuple((k, v) for k, v in op.attrs.items() if k not in _HINTS and not isinstance(v, Opaque))
+    hints = _HINTS if op.opcode in _LAYOUT_MEANINGFUL else _HINTS | _LAYOUTS
+    attrs = tuple((k, v) for k, v in op.attrs.items() if k not in hints and not isinstance(v, Opaque))
     if op.regions:
         reducer = reducer_of(op.regions[0]) if len(op.regions) == 1 else None
         # Nested bodies share the numbering: a use of an enclosing body's value names that value.

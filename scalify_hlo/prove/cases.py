@@ -25,6 +25,7 @@ import numpy as np
 from scalify_hlo.ir.nodes import Literal, Op, Region, TensorType, Value, walk
 from scalify_hlo.layout.mesh import Layout, Mesh, Reducer
 from scalify_hlo.ops.reducers import OP_OF_REDUCER, reducer_of
+from scalify_hlo.prove import branches
 from scalify_hlo.rules.collectives import all_reduce_one, groups_axes
 from scalify_hlo.rules.facts import Fact, Failed, Holds, Varying
 from scalify_hlo.terms import ranges
@@ -90,7 +91,18 @@ def run_ops(cases: list[Deriver], ops: Sequence[Op], along: Along, budget: list[
     for op in ops:
         if op.opcode == "while" and _unrolled(cases, op, along, [UNROLL_LIMIT] if budget is None else budget):
             continue
+        if op.opcode in ("case", "if") and _branched(cases, op, along, budget):
+            continue
         combine = along(op)
+        if combine is None and op.regions and any(along(inner) is not None for r in op.regions
+                                                  for inner in walk(r.ops)):
+            # A body (a loop not unrolled, ...) holding a collective that combines the cases: each case
+            # alone would read it with the ordinary rule, as if its value were every coordinate's.
+            for sub in cases:
+                sub.facts.update((v, sub.ctx.unsupported(op, "a body holding a collective that combines the "
+                                                         "cases of a split, not run iteration by iteration"))
+                                 for v in op.results)
+            continue
         if combine is None:
             for sub in cases:
                 sub.op(op)
@@ -98,6 +110,26 @@ def run_ops(cases: list[Deriver], ops: Sequence[Op], along: Along, budget: list[
         for sub, out in zip(cases, combine(cases, op), strict=True):
             for v, f in zip(op.results, out, strict=True):
                 sub.facts[v] = f
+
+
+def _branched(cases: list[Deriver], op: Op, along: Along, budget: list[int] | None) -> bool:
+    """A conditional in a case split. When every case folds its index to the same branch, that branch's
+    ops run like any others (its collectives combining the cases). Otherwise a branch holding a collective
+    that combines the cases cannot be derived case by case (each case would read it as its own): its
+    results are unknown. False (each case derives the conditional alone) for the rest."""
+    values = {branches.index_value(sub, op, sub.facts[op.operands[0]]) for sub in cases}
+    if len(values) == 1 and (value := values.pop()) is not None:
+        region = branches.ordered(op)[branches.taken(op, value)]
+        run_ops(cases, region.ops, along, budget)
+        for sub in cases:
+            sub.facts.update(zip(op.results, [sub.facts[v] for v in region.results], strict=True))
+        return True
+    if any(along(inner) is not None for r in op.regions for inner in walk(r.ops)):
+        for sub in cases:
+            sub.facts.update((v, sub.ctx.unsupported(op, "a branch index that differs between the cases of a "
+                                                     "split, around a collective")) for v in op.results)
+        return True
+    return False
 
 
 def _unrolled(cases: list[Deriver], op: Op, along: Along, budget: list[int]) -> bool:

@@ -17,14 +17,15 @@ import numpy as np
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Op, Region, TensorType, Value, walk
+from scalify_hlo.layout import boundary as layout_boundary
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.layout.program import manual_layouts
 from scalify_hlo.numeric.kernels import KERNELS
 from scalify_hlo.numeric.machine import Machine, NumericUnsupported, assemble, shard
 from scalify_hlo.ops.attrs import region_key, term_attrs
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
-from scalify_hlo.prove import cases, per_device
-from scalify_hlo.rules import masking
+from scalify_hlo.prove import branches, cases, per_device
+from scalify_hlo.rules import boundary, masking
 from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, constant_term, view
 from scalify_hlo.terms import evaluate as termeval
 from scalify_hlo.terms.table import Terms
@@ -78,8 +79,13 @@ class Deriver:
         # the outputs can be evaluated for a counterexample); False a failure, leaving the body open for
         # the case splits of a shard_map (`_manual` turns this off while they may still apply).
         self.loop_terms = False
+        # Values made by a `Sharding` custom call, with its `mhlo.sharding` (the layout a GSPMD shard_map's
+        # operand enters the body with: `rules/boundary.py`).
+        self.annotated: dict[Value, str] = {}
         self.hooks: dict[str, Callable[[Deriver, Op, tuple[Fact, ...]], tuple[Fact, ...]]] = {
+            "case": branches.conditional,
             "custom_call": _custom_call,
+            "if": branches.conditional,
             "manual_computation": _manual,
             "while": loops if loops is not None else while_terms,
         }
@@ -324,8 +330,14 @@ def _captured(op: Op) -> list[Value]:
 
 def _custom_call(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     target = str(op.attrs.get("call_target_name", ""))
+    if (text := layout_boundary.annotation(op)) is not None:
+        d.annotated[op.results[0]] = text  # what a GSPMD shard_map's SPMDFullToShardShape reads
     if target in IDENTITY_CUSTOM_CALLS and len(facts) == len(op.results):
         return facts
+    if target == "SPMDFullToShardShape":
+        return boundary.full_to_shard(d.ctx, op, facts, d.annotated.get(op.operands[0]) if op.operands else None)
+    if target == "SPMDShardToFullShape":
+        return boundary.shard_to_full(d.ctx, op, facts)
     return tuple(d.ctx.unsupported(op, f"custom call {target!r}") for _ in op.results)
 
 

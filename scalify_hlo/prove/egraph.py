@@ -4,12 +4,14 @@ The rulesets (`rules/algebra.py`) are declared once in a template e-graph; each 
 scope, feeds the two term DAGs through the low-level `egglog.bindings` (one batch of `let` actions: the
 high-level `register` costs milliseconds per expression, DESIGN §4), saturates within a budget,
 compares the e-classes and pops. Subterms both sides share are fed as opaque leaves: they are equal by
-construction and the rules need not look inside them.
+construction and the rules need not look inside them. Finite float constants are fed as their exact
+rationals (`RConst`), and each op homogeneous in an argument (`algebra.HOMOGENEOUS`) with the fact saying so.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -55,6 +57,24 @@ def _lit(v: Any) -> Any:
 
 def _splat(v: int | float | complex, t: Term) -> Any:
     return _call("Splat", _lit(algebra.exact_text(v)), _lit(type_text(t)))
+
+
+def _rational(v: int | float | complex, t: Term) -> tuple[int, int] | None:
+    """A float constant's exact value as numerator and denominator, when the real domain computes with it:
+    finite, and not -0.0 (a zero whose sign shows, 1/-0.0 = -inf: left opaque)."""
+    if algebra.domain_of(t.type.dtype) != "real" or not isinstance(v, float) or not math.isfinite(v):
+        return None
+    if v == 0.0 and math.copysign(1.0, v) < 0:
+        return None
+    return v.as_integer_ratio()
+
+
+def _constant(v: int | float | complex, t: Term) -> Any:
+    q = _rational(v, t)
+    if q is None:
+        return _splat(v, t)
+    big = [_call("from-string", _lit(str(n))) for n in q]
+    return _call("RConst", _call("bigrat", *big), _lit(type_text(t)))
 
 
 def _typed(t: Term) -> str | None:
@@ -113,7 +133,7 @@ class EGraph:
         self.stats = Stats()
         high = egglog.EGraph()
         high.register(*algebra.declare_all())
-        for rs in (*algebra.RULESETS.values(), algebra.tripwires):  # registers each ruleset's rules
+        for rs in self._rulesets():  # registers each ruleset's rules
             high.run(rs.saturate())
         self._high = high  # keeps the declarations alive
         self.raw = high._egraph
@@ -121,9 +141,13 @@ class EGraph:
         self._memo: dict[tuple[Any, ...], tuple[bool, ...]] = {}
         self._parsed_schedule: list[Any] | None = None
 
+    @staticmethod
+    def _rulesets() -> tuple[egglog.Ruleset, ...]:
+        return (*algebra.RULESETS.values(), algebra.folds, algebra.linear, algebra.tripwires)
+
     def _make_schedule(self) -> str:
         trip = str(algebra.tripwires.ident)
-        rules = " ".join(f"(run {rs.ident})" for rs in algebra.RULESETS.values())
+        rules = " ".join(f"(run {rs.ident})" for rs in self._rulesets() if rs is not algebra.tripwires)
         return f"(run-schedule (saturate (run {trip})) {rules} (saturate (run {trip})))"
 
     # -- feeding terms -------------------------------------------------------------------------------------
@@ -132,7 +156,7 @@ class EGraph:
             return _call("Leaf", _lit(t.id))
         v = scalar_exact(t) if t.op in ("constant", "broadcast_in_dim") else None
         if v is not None:
-            return _splat(v, t)
+            return _constant(v, t)
         args = [_var(a.id) for a in t.args]
         typed = _typed(t)
         if typed is not None:
@@ -144,12 +168,13 @@ class EGraph:
 
     def _negations(self, order: Sequence[Term]) -> list[Any]:
         """`-c` is the constant `-c` (computed exactly in the dtype: negation wraps on integers): a fact
-        per constant fed, so the rules that move negations onto constants meet the folded spelling."""
+        per constant fed as a `Splat`, so the rules that move negations onto constants meet the folded
+        spelling (an `RConst` is negated by the folding rules)."""
         out = []
         for t in order:
             v = scalar_exact(t) if t.op in ("constant", "broadcast_in_dim") else None
             domain = algebra.domain_of(t.type.dtype)
-            if v is None or domain is None:
+            if v is None or domain is None or _rational(v, t) is not None:
                 continue
             neg = _negated(v, t.type.dtype)
             if neg is None:
@@ -158,10 +183,26 @@ class EGraph:
             out.append(bindings.ActionCommand(bindings.Union(_SPAN, lhs, _splat(neg, t))))
         return out
 
+    def _homogeneous(self, order: Sequence[Term], leaves: frozenset[int]) -> list[Any]:
+        """For each op fed whole, the facts saying in which arguments it is homogeneous (the `linear`
+        rules move constant factors out through those)."""
+        out = []
+        for t in order:
+            if t.id in leaves or not t.args or _typed(t) is not None:
+                continue
+            head = (_lit(t.op), _lit(type_text(t)), _lit(attr_text(t.attrs)))
+            for h in algebra.homogeneous_args(t.op, t.attrs, tuple(a.type.dtype for a in t.args), t.type.dtype):
+                fact = (_call("Homogeneous1", *head) if h.arity == 1
+                        else _call("Homogeneous2Zero", *head) if h.zero_other
+                        else _call("Homogeneous2", *head, _lit(h.arg)))
+                out.append(bindings.ActionCommand(bindings.Expr_(_SPAN, fact)))
+        return out
+
     # -- questions -------------------------------------------------------------------------------------
-    def equal(self, pairs: Sequence[tuple[Term, Term]], leaves: frozenset[int], key: tuple[Any, ...] | None = None
-              ) -> tuple[bool, ...]:
-        """For each pair, whether the rules prove both sides equal (leaves are opaque)."""
+    def equal(self, pairs: Sequence[tuple[Term, Term]], leaves: frozenset[int], key: tuple[Any, ...] | None = None,
+              first: bool = False) -> tuple[bool, ...]:
+        """For each pair, whether the rules prove both sides equal (leaves are opaque). `first`: the pairs
+        are alternatives (candidates for one value), so saturation stops at the first one proven."""
         self.stats.questions += 1
         if key is not None and key in self._memo:
             self.stats.memo_hits += 1
@@ -173,7 +214,7 @@ class EGraph:
             roots = [t for pair in pairs for t in pair]
             fed = self._feed_pruned(roots, leaves)
             self.stats.nodes_fed += fed
-            result = self._saturate_and_compare(pairs)
+            result = self._saturate_and_compare(pairs, first)
         finally:
             self.raw.run_program(bindings.Pop(_SPAN, 1))
         self.stats.seconds += time.perf_counter() - started
@@ -196,15 +237,18 @@ class EGraph:
             stack.append((t, True))
             stack.extend((a, False) for a in reversed(t.args) if a.id not in seen)
         actions = [bindings.ActionCommand(bindings.Let(_SPAN, f"$t{t.id}", self._node(t, leaves))) for t in order]
-        self.raw.run_program(*actions, *self._negations(order))
+        self.raw.run_program(*actions, *self._negations(order), *self._homogeneous(order, leaves))
         return len(actions)
 
-    def _saturate_and_compare(self, pairs: Sequence[tuple[Term, Term]]) -> tuple[bool, ...]:
+    def _saturate_and_compare(self, pairs: Sequence[tuple[Term, Term]], first: bool = False) -> tuple[bool, ...]:
         def same(a: Term, b: Term) -> bool:
             return bool(self.raw.eval_expr(_var(a.id))[1] == self.raw.eval_expr(_var(b.id))[1])
 
+        def finished(done: list[bool]) -> bool:
+            return any(done) if first else all(done)
+
         done = [a.id == b.id or same(a, b) for a, b in pairs]
-        if all(done):
+        if finished(done):
             return tuple(done)
         deadline = time.perf_counter() + self.budget.seconds
         schedule = self._schedule()
@@ -214,12 +258,12 @@ class EGraph:
             done = [d or same(a, b) for d, (a, b) in zip(done, pairs, strict=True)]
             size = self.size()
             self.stats.max_nodes = max(self.stats.max_nodes, size)
-            if all(done) or not _changed(reports):
+            if finished(done) or not _changed(reports):
                 saturated = True
                 break
             if time.perf_counter() > deadline or size > self.budget.nodes:
                 break
-        if not all(done) and not saturated:
+        if not finished(done) and not saturated:
             self.stats.exhausted += 1  # a budget ran out: "not proven" may just mean "not yet"
         return tuple(done)
 

@@ -41,6 +41,7 @@ from scalify_hlo.report.verdicts import (
 from scalify_hlo.rules.facts import Fact, Failed, Holds, Varying, view
 from scalify_hlo.terms import blockwise
 from scalify_hlo.terms.evaluate import NotEvaluable, evaluate
+from scalify_hlo.terms.joins import is_constant
 from scalify_hlo.terms.ranges import dtype_bounds
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import Term
@@ -165,6 +166,7 @@ class _Prover:
         self.sync: Sync | None = None
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
+        self.proof_notes: list[str] = []  # how outputs were proven: reported when the verdict is `equivalent`
 
     def run(self) -> Report:
         bp, ap = self.bp, self.ap
@@ -209,6 +211,8 @@ class _Prover:
         t0 = time.perf_counter()
         verdict = self._outputs(bd, ad, before_terms, aouts)
         self.timings["outputs"] = time.perf_counter() - t0
+        if isinstance(verdict, Equivalent):  # how the proof went: said only of a proof that stands
+            self.notes.extend(n for n in self.proof_notes if n not in self.notes)
         if isinstance(verdict, Equivalent) and (self.sync.stats.resynced or self.sync.stats.proven):
             self.notes.append("the proof used equality saturation (associativity/commutativity and exact scalings "
                               "over the reals); floating-point results may differ by rounding")
@@ -422,11 +426,16 @@ class _Prover:
     def _blockwise(self, term: Term, bt: Term, norm: blockwise.Normaliser) -> bool:
         if not blockwise.equal(self.terms, term, bt, norm):
             return False
-        note = ("the proof compared outputs block by block with the reference's blocks and put blockwise "
-                "reductions (online softmax: running max, rescaled sums) in one normal form, with identities exact "
-                "over the reals for finite values; floating-point results may differ by rounding")
-        if note not in self.notes:
-            self.notes.append(note)
+        seen: set[int] = set()
+        used = [t for root in (term, bt) for t in root.walk(seen)]
+        if not any(t.type.dtype.startswith(("f", "bf")) for t in used):
+            return True  # integer sums and maxima regroup exactly: nothing to say about rounding
+        softmax = " (online softmax: running max, rescaled sums)" if _running_max(term) else ""
+        note = (f"the proof compared outputs block by block with the reference's blocks and put blockwise "
+                f"reductions{softmax} in one normal form, with identities exact over the reals for finite values; "
+                "floating-point results may differ by rounding")
+        if note not in self.proof_notes:
+            self.proof_notes.append(note)
         return True
 
     def _run_per_device(self, j: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -477,6 +486,14 @@ class _Prover:
             gaps = np.abs(after_raw.astype(object) - before_raw.astype(object))[bad]
             return Counterexample(j, idx, int(before_raw[idx]), int(after_raw[idx]), float(max(gaps)))
         return Counterexample(j, idx, float(b[idx]), float(a[idx]), worst)
+
+
+def _running_max(t: Term) -> bool:
+    """Whether `t` shifts an exp by a running max (online softmax): a maximum of two computed values, not
+    the maximum with a constant that `jnp.max(..., initial=)` in an ordinary softmax makes."""
+    return any(e.op == "exponential" and e.args[0].op == "subtract" and
+               any(u.op == "maximum" and not any(is_constant(a) for a in u.args) for u in e.args[0].args[1].walk())
+               for e in t.walk())
 
 
 def _runnable(bp: Program, ap: Program, limit: int) -> bool:

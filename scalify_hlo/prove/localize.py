@@ -116,8 +116,8 @@ def _blame(node: Term, ap: Program, ad: Deriver, sync: Sync, order: dict[int, in
     """The after op responsible for a frontier term: the op holding it; for a constant lifted from a
     device-varying value, the first op of that value's chain whose result is already foreign; else the
     op whose term uses it."""
-    holders = [op for op in _ops_in_order(ap) if not op.regions and (h := _fact(ad, op)) is not None
-               and h.term is node]
+    holders = [op for op in _ops_in_order(ap) if (h := _fact(ad, op)) is not None and h.term is node
+               and (_computes(op) or _selects(op, h))]
     if holders:
         return holders[0]
     v = ad.lifted_from.get(node.id)
@@ -139,9 +139,37 @@ def _blame(node: Term, ap: Program, ad: Deriver, sync: Sync, order: dict[int, in
             if earlier is None or earlier is op:
                 return op
             op = earlier
-    users = [op for op in _ops_in_order(ap) if not op.regions and (h := _fact(ad, op)) is not None
+    users = [op for op in _ops_in_order(ap) if _computes(op) and (h := _fact(ad, op)) is not None
              and any(a is node for a in h.term.args)]
-    return min(users, key=lambda o: order[id(o)]) if users else None
+    if users:
+        return min(users, key=lambda o: order[id(o)])
+    # An inner node of a normal form (a data movement's reshape to its digits, say): the first op whose
+    # term contains it.
+    inner = next((op for op in _ops_in_order(ap) if _computes(op) and (h := _fact(ad, op)) is not None
+                  and node.id in _subterms(h.term)), None)
+    if inner is not None:
+        return inner
+    # A term no op holds (the blocks of a shard_map result put in the order its out_specs declare): the
+    # values part ways right after the last op computing one of its operands.
+    makers = [op for op in _ops_in_order(ap) if _computes(op) and (h := _fact(ad, op)) is not None
+              and any(h.term is a for a in node.args)]
+    return max(makers, key=lambda o: order[id(o)]) if makers else None
+
+
+# Ops whose regions are a combiner (a reducer, a comparator), not a body of ops that compute the result.
+_WITH_COMBINER = frozenset({"reduce", "reduce_window", "all_reduce", "reduce_scatter", "scatter", "sort",
+                            "select_and_scatter"})
+
+
+def _computes(op: Op) -> bool:
+    """The op computes its result itself (not through a body of other ops: loops, branches, shard_map)."""
+    return not op.regions or op.opcode in _WITH_COMBINER
+
+
+def _selects(op: Op, held: Holds) -> bool:
+    """A conditional whose result is its own `case` term (`prove.branches`): the op that picks a branch
+    computes it (branches in another order part ways there, not in any branch)."""
+    return op.opcode in ("case", "if") and held.term.op == "case"
 
 
 def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, bd: Deriver,

@@ -142,7 +142,7 @@ class Sync:
         if leaves is None:
             return tuple(False for _ in candidates)
         pairs = [(t, b) for b in candidates]
-        return self.egraph.equal(pairs, leaves, key=shape_key([x for p in pairs for x in p], leaves))
+        return self.egraph.equal(pairs, leaves, key=shape_key([x for p in pairs for x in p], leaves), first=True)
 
     def prove(self, t: Term, b: Term) -> bool:
         if t is b:

@@ -4,7 +4,7 @@ A term is evaluated with the interpreter's kernels (`kernels.KERNELS`) on a sing
 each node as the op it stands for. Used to fold small constant terms (shard-offset tables, iotas) and to
 evaluate the two sides of an unproven equality on random inputs. A `loop` term (`derive.loop_term`) runs
 its iterations, its condition and bodies evaluated with its variables bound, within a budget of iterations
-(folding runs none).
+(folding runs none). A `case` term (`prove.branches`) evaluates its branches and picks the index's.
 """
 
 from __future__ import annotations
@@ -143,6 +143,10 @@ class _Evaluation:
             return np.concatenate([args[0]] * int(t.attr("n")), axis=int(t.attr("dim")) + 1)
         if t.op == "roll":
             return np.roll(args[0], int(t.attr("shift")), axis=int(t.attr("dim")) + 1)
+        if t.op == "case":  # `branches.conditional`: case(index, b_0, ..., b_n), the last branch when out of range
+            k = int(np.asarray(args[0]).reshape(-1)[0])
+            n = len(args) - 1
+            return args[1 + (k if 0 <= k < n else n - 1)]
         kernel = self.kernels.get(t.op)
         if kernel is None:
             raise NotEvaluable(f"no kernel for {t.op}")

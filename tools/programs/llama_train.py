@@ -54,3 +54,60 @@ def specs(args: list[Any], fsdp: str = "fsdp", tp: str = "tp") -> tuple[list[Any
     state_specs = jax.tree_util.tree_map_with_path(like_param, opt_state)
     in_specs = [param_specs, state_specs, llama.activation_spec(fsdp)]
     return in_specs, (P(), param_specs, state_specs)
+
+
+# ------------------------------------------------------------------- the same step at any size (tools/bench.py)
+
+
+def keep_dtype(dtype: Any) -> llama.Constrain:
+    """Mixed precision at block boundaries: the residual stream is cast back to ``dtype`` (bf16 params) after
+    each block (RoPE computes in float32 and promotes q/k, so without it a bf16 scan carry changes type)."""
+
+    def constrain(x: jax.Array, name: str) -> jax.Array:
+        return x.astype(dtype) if name == "act" else x
+
+    return constrain
+
+
+def make_train_step(cfg: llama.LlamaConfig, *, scanned: bool) -> Any:
+    """``train_step`` of ``cfg``: the blocks unrolled (params ``{"layers": [per-layer dict]}``) or under
+    ``lax.scan`` (``{"layers": stacked dict}``), params in ``cfg.dtype``, the loss accumulated in float32."""
+    constrain = keep_dtype(cfg.dtype)
+
+    def step_loss(params: Params, x: jax.Array) -> jax.Array:
+        blocks = llama.blocks_scan if scanned else llama.blocks_unrolled
+        h = blocks(x, params["layers"], cfg, constrain).astype(jnp.float32)
+        return jnp.mean(h * h)
+
+    def step(params: Params, opt_state: Any, x: jax.Array) -> tuple[jax.Array, Params, Any]:
+        value, grads = jax.value_and_grad(step_loss)(params, x)
+        updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
+        return value, optax.apply_updates(params, updates), opt_state
+
+    return step
+
+
+def abstract_args(cfg: llama.LlamaConfig, *, scanned: bool) -> list[Any]:
+    """(params, opt_state, x) as ShapeDtypeStructs: nothing is allocated, AdamW's state by ``jax.eval_shape``."""
+    shapes = llama.layer_shapes(cfg)
+    if scanned:
+        layers: Any = {k: jax.ShapeDtypeStruct((cfg.layers, *s), cfg.dtype) for k, s in shapes.items()}
+    else:
+        layers = [{k: jax.ShapeDtypeStruct(s, cfg.dtype) for k, s in shapes.items()} for _ in range(cfg.layers)]
+    params = {"layers": layers}
+    x = jax.ShapeDtypeStruct((cfg.batch, cfg.seq, cfg.d_model), cfg.dtype)
+    return [params, jax.eval_shape(OPTIMIZER.init, params), x]
+
+
+def abstract_specs(args: list[Any], *, scanned: bool, fsdp: str = "fsdp", tp: str = "tp") -> tuple[list[Any], Any]:
+    """``specs`` for abstract arguments (ranks from ``.shape``), the layer-stacked specs under scan."""
+    layer = llama.stacked_specs(fsdp, tp) if scanned else llama.layer_specs(fsdp, tp)
+    params, opt_state, _ = args
+
+    def like_param(path: Any, leaf: Any) -> P:
+        names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+        return layer[names[-1]] if names and names[-1] in layer and len(leaf.shape) else P()
+
+    param_specs = jax.tree_util.tree_map_with_path(like_param, params)
+    state_specs = jax.tree_util.tree_map_with_path(like_param, opt_state)
+    return [param_specs, state_specs, llama.activation_spec(fsdp)], (P(), param_specs, state_specs)

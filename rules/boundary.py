@@ -1,0 +1,66 @@
+"""Transfer rules of the GSPMD shard_map boundary: `SPMDFullToShardShape` and `SPMDShardToFullShape`.
+
+They are what `sdy.manual_computation` is under Shardy (`prove.derive._manual`), spelled as two custom
+calls around a plain body (`layout/boundary.py`). Entering: a global value (replicated on every device)
+becomes, on each device, its shard under the layout its `Sharding` annotation declares: the same term
+under that layout. Leaving: the body's value, held under some layout, is the shard of the global result
+under the declared one; a value still partial there is a missing psum, a layout that cannot be viewed
+as the declared one a contradiction (both evidence, backed by running the programs).
+"""
+
+from __future__ import annotations
+
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, view
+
+from scalify_hlo.ir.errors import ShardingError
+from scalify_hlo.ir.nodes import Op
+from scalify_hlo.layout import boundary
+from scalify_hlo.layout.mesh import Layout
+
+
+def _held(ctx: Ctx, op: Op, f: Fact) -> Holds | Failed:
+    g = ctx.lift(f) if isinstance(f, Varying) else f
+    if isinstance(g, Holds | Failed):
+        return g
+    return ctx.unsupported(op, "an operand that is not a tensor")
+
+
+def full_to_shard(ctx: Ctx, op: Op, facts: tuple[Fact, ...], operand_sharding: str | None) -> tuple[Fact, ...]:
+    g = _held(ctx, op, facts[0])
+    if isinstance(g, Failed):
+        return (g,)
+    if len(facts) != 1 or g.layout != Layout.replicated(g.term.type.rank):
+        return (ctx.unsupported(op, "a shard_map operand that is not a global value"),)
+    try:
+        layout = boundary.entering(op, operand_sharding, ctx.mesh)
+        local = layout.local_shape(g.term.type.shape, ctx.mesh)
+    except ShardingError as err:
+        return (ctx.unsupported(op, err.message),)
+    if local != op.results[0].tensor.shape:
+        return (ctx.unsupported(op, f"shards of shape {list(local)} under {ctx.describe(layout)}, the body takes "
+                                f"{list(op.results[0].tensor.shape)}"),)
+    return (Holds(g.term, layout, g.origin),)
+
+
+def shard_to_full(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    g = _held(ctx, op, facts[0])
+    if isinstance(g, Failed):
+        return (g,)
+    try:
+        declared = boundary.leaving(op, ctx.mesh)
+    except ShardingError as err:
+        return (ctx.unsupported(op, err.message),)
+    if g.layout.partial:
+        axes = ", ".join(f'"{a}"' for a, _ in g.layout.partial)
+        return (ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "
+                         f"{{{axes}}} is missing", evidence=True, origin=g.origin,
+                         expected=ctx.describe(declared), found=ctx.describe(g.layout), partial=True),)
+    term = view(g.term, g.layout, declared.dims, ctx.mesh, ctx.terms)
+    if term is None:
+        return (ctx.fail(op, f"shard_map declares its output as {ctx.describe(declared)} but the value is laid out "
+                         f"as {ctx.describe(g.layout)}", evidence=True, origin=g.origin,
+                         expected=ctx.describe(declared), found=ctx.describe(g.layout)),)
+    if term.type.shape != op.results[0].tensor.shape:
+        return (ctx.unsupported(op, f"a result of global shape {list(term.type.shape)}, declared "
+                                f"{list(op.results[0].tensor.shape)}"),)
+    return (Holds(term, Layout.replicated(term.type.rank)),)
