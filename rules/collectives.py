@@ -17,7 +17,8 @@ from scalify_hlo.rules.spmd import axes_text
 from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.errors import ShardingError, UnmodelledShardingError
 from scalify_hlo.ir.nodes import Literal, Op, TensorType
-from scalify_hlo.layout.mesh import Layout, Reducer, axes_of_groups, shift_of_pairs
+from scalify_hlo.layout.groups import axes_of_groups, device_groups, has_channel, shift_of_pairs
+from scalify_hlo.layout.mesh import Layout, Reducer
 from scalify_hlo.ops.reducers import COLLECTIVE_NAME, reducer_of
 from scalify_hlo.terms.term import Term
 
@@ -26,13 +27,10 @@ from scalify_hlo.terms.term import Term
 def groups_axes(ctx: Ctx, op: Op, *, ordered: bool = True) -> tuple[str, ...] | Failed:
     """The mesh axes `op`'s replica groups span. `ordered=False` (all-reduce) reads each group as a set:
     the order of its members is then no evidence of anything."""
-    groups = op.attrs.get("replica_groups")
-    if "channel_handle" not in op.attrs:
+    if not has_channel(op):
         return ()  # cross-replica with one replica: every partition is its own group
-    arr = groups.array if isinstance(groups, Literal) else None
     try:
-        return axes_of_groups(arr if arr is not None else np.zeros((0,), dtype=np.int64), ctx.mesh, ctx.mesh.size,
-                              ordered=ordered)
+        return axes_of_groups(device_groups(op, ctx.mesh.size), ctx.mesh, ctx.mesh.size, ordered=ordered)
     except UnmodelledShardingError as err:
         # Legal groups the mesh model cannot express: unknown, not a discrepancy without a counterexample.
         return ctx.unsupported(op, err.message)

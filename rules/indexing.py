@@ -14,7 +14,8 @@ from scalify_hlo.rules.layout import holds_operands
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import GatherDims, Literal, Op, ScatterDims, TensorType
-from scalify_hlo.layout.mesh import Layout, match_axis_index
+from scalify_hlo.layout.groups import match_axis_index
+from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
 from scalify_hlo.terms.term import Term
 

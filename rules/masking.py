@@ -21,7 +21,8 @@ from scalify_hlo.rules.facts import Ctx, Fact, Holds, InWindow, Lookup, Masked, 
 from scalify_hlo.rules.indexing import gather as gather_holds
 
 from scalify_hlo.ir.nodes import GatherDims, Op, TensorType, Value
-from scalify_hlo.layout.mesh import Layout, Reducer, match_axis_index
+from scalify_hlo.layout.groups import match_axis_index
+from scalify_hlo.layout.mesh import Layout, Reducer
 from scalify_hlo.ops.reducers import reducer_of
 from scalify_hlo.terms import ranges
 

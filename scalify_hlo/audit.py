@@ -28,7 +28,8 @@ import numpy as np
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Literal, Module, Op, TensorType, Value, walk
-from scalify_hlo.layout.mesh import Layout, axes_of_groups
+from scalify_hlo.layout.groups import axes_of_groups, device_groups, has_channel
+from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.layout.program import COLLECTIVES, Program, prepare
 from scalify_hlo.numeric.machine import np_dtype
 from scalify_hlo.prove.derive import Deriver
@@ -189,11 +190,10 @@ def _traffic(op: Op, n: int) -> int:
 def _group(op: Op, prog: Program) -> tuple[tuple[str, ...], int]:
     if op.opcode in ("collective_permute", "collective_broadcast"):
         return (), 2
-    if "channel_handle" not in op.attrs:
+    if not has_channel(op):
         return (), 1
-    groups = op.attrs.get("replica_groups")
-    arr = groups.array if isinstance(groups, Literal) else np.zeros((0,), dtype=np.int64)
-    n = arr.shape[1] if arr.ndim == 2 and arr.size else prog.mesh.size
+    arr = device_groups(op, prog.mesh.size)
+    n = arr.shape[1]
     try:
         return axes_of_groups(arr, prog.mesh, prog.mesh.size), n
     except ShardingError:

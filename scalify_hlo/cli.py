@@ -206,7 +206,7 @@ def diff(
 def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO text file ('-': stdin)")]) -> None:
     """Summarise a program: ops, collectives, mesh, layouts of inputs and outputs."""
     import scalify_hlo.parsers as parsers
-    from scalify_hlo.ir.nodes import Literal, walk
+    from scalify_hlo.ir.nodes import walk
     from scalify_hlo.layout.program import COLLECTIVES, prepare
 
     module = parsers.load(file)
@@ -225,15 +225,15 @@ def show(file: Annotated[Path, typer.Argument(help="a StableHLO .mlir or HLO tex
     typer.echo("ops: " + ", ".join(f"{k} {n}" for k, n in counts.most_common(12)))
     coll = [op for op in ops if op.opcode in COLLECTIVES]
     if coll:
-        from scalify_hlo.layout.mesh import axes_of_groups
+        from scalify_hlo.layout.groups import axes_of_groups, device_groups, has_channel
         from scalify_hlo.report.verdicts import user_name
 
         typer.echo("collectives:")
         for op in coll:
-            groups = op.attrs.get("replica_groups")
             try:
-                axes = (axes_of_groups(groups.array, prog.mesh, prog.mesh.size)
-                        if isinstance(groups, Literal) and "channel_handle" in op.attrs else ())
+                axes = (axes_of_groups(device_groups(op, prog.mesh.size), prog.mesh, prog.mesh.size)
+                        if has_channel(op) and op.opcode not in ("collective_permute", "collective_broadcast")
+                        else ())
                 over = "{" + ", ".join(f'"{a}"' for a in axes) + "}"
             except ScalifyError as err:
                 over = f"(groups not on the mesh: {err.message})"

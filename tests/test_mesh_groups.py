@@ -8,16 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalify_hlo.ir.errors import ShardingError
-from scalify_hlo.layout.mesh import (
-    Mesh,
+from scalify_hlo.layout.groups import (
     axes_of_groups,
     canonical_groups,
     cyclic_shift,
-    infer_mesh,
     match_axis_index,
     pairs_are_complete_permutation,
     shift_of_pairs,
 )
+from scalify_hlo.layout.mesh import Mesh, infer_mesh
 
 DP_TP = Mesh((("dp", 2), ("tp", 4)))
 

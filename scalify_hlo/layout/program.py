@@ -17,8 +17,9 @@ import numpy as np
 from scalify_hlo.ir import _jaxlib
 from scalify_hlo.ir.errors import ShardingError, Span, UnmodelledShardingError
 from scalify_hlo.ir.inline import inline
-from scalify_hlo.ir.nodes import Attrs, Func, Literal, Module, Op, TensorType, walk
-from scalify_hlo.layout.mesh import Layout, Mesh, canonical_groups, infer_mesh
+from scalify_hlo.ir.nodes import Attrs, Func, Module, Op, TensorType, walk
+from scalify_hlo.layout.groups import canonical_groups, has_channel, listed_groups
+from scalify_hlo.layout.mesh import Layout, Mesh, infer_mesh
 from scalify_hlo.layout.sharding import (
     SdySharding,
     Sharding,
@@ -111,9 +112,9 @@ def _device_arrays(module: Module, func: Func,
         yield from from_sharding(_gspmd_only(attrs, where), f"sharding of result {i}")
     for op in walk(func.body.ops):
         yield from from_sharding(_gspmd_only(op.attrs, where), f"sharding of {op.describe()}")
-        groups = op.attrs.get("replica_groups")
-        if partitions_only and isinstance(groups, Literal) and groups.array.size and "channel_handle" in op.attrs:
-            yield canonical_groups(groups.array, hint), f"replica groups of {op.describe()}", True
+        listed = listed_groups(op)
+        if partitions_only and listed is not None and has_channel(op):
+            yield canonical_groups(listed, hint), f"replica groups of {op.describe()}", True
 
 
 def _gspmd_only(attrs: Attrs, where: Span | None = None) -> Sharding | None:

@@ -1,16 +1,6 @@
 """Collective kernels: data exchanged along the device axis with one fancy index per op (`x[groups]`).
 
-Which devices form a group follows XLA's collective group modes (`CollectiveOpGroupMode`), devices
-numbered `replica * partitions + partition`:
-- no `channel_handle`: cross-replica; groups list replica ids and every partition runs its own copy.
-  With one replica each partition is alone and the collective does nothing across partitions.
-- `channel_handle` and `use_global_device_ids`: flattened ids; groups list device ids.
-- `channel_handle` on all_to_all / collective_permute / collective_broadcast (no such attribute):
-  cross-partition; groups list partition ids, within each replica.
-- `channel_handle` without `use_global_device_ids` on all_reduce / all_gather / reduce_scatter:
-  cross-replica-and-partition; a group is its replicas times all partitions. With one replica, ids beyond
-  replica 0 cannot be replica ids and are read as partition ids.
-Empty replica groups mean one group of all participants.
+Which devices form a group follows XLA's collective group modes: `layout.groups.device_groups`.
 """
 
 from __future__ import annotations
@@ -20,20 +10,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scalify_hlo.ir.dtypes import widen
-from scalify_hlo.ir.nodes import ChannelHandle, Literal, Op
+from scalify_hlo.ir.nodes import Literal, Op
+from scalify_hlo.layout.groups import device_groups as groups_of
+from scalify_hlo.layout.groups import has_channel
 from scalify_hlo.numeric.kernels_index import UFUNCS, binop_of
 from scalify_hlo.numeric.values import NumericUnsupported, Val, as_array, dtype_of
 
 if TYPE_CHECKING:
     from scalify_hlo.numeric.machine import Machine
-
-_NO_GLOBAL_IDS_ATTR = frozenset({"all_to_all", "collective_permute", "collective_broadcast"})
-
-
-def _has_channel(op: Op) -> bool:
-    ch = op.attrs.get("channel_handle")
-    return isinstance(ch, ChannelHandle) and ch.handle > 0
-
 
 def _listed(op: Op, name: str) -> np.ndarray | None:
     v = op.attrs.get(name)
@@ -44,21 +28,7 @@ def _listed(op: Op, name: str) -> np.ndarray | None:
 
 def device_groups(m: Machine, op: Op) -> np.ndarray:
     """`[G, S]` device indices: the groups of `op`, each in the order its members' data is combined."""
-    reps, parts = m.replicas, m.partitions
-    listed = _listed(op, "replica_groups")
-    if not _has_channel(op):
-        if reps == 1:
-            return np.arange(m.devices)[:, None]
-        g = listed if listed is not None else np.arange(reps)[None]
-        out = (g[None] * parts + np.arange(parts)[:, None, None]).reshape(-1, g.shape[1])
-    elif bool(op.attrs.get("use_global_device_ids", False)):
-        out = listed if listed is not None else np.arange(m.devices)[None]
-    elif op.opcode in _NO_GLOBAL_IDS_ATTR or (reps == 1 and listed is not None and listed.max() >= 1):
-        g = listed if listed is not None else np.arange(parts)[None]
-        out = (np.arange(reps)[:, None, None] * parts + g[None]).reshape(-1, g.shape[1])
-    else:
-        g = listed if listed is not None else np.arange(reps)[None]
-        out = (g[:, :, None] * parts + np.arange(parts)).reshape(g.shape[0], -1)
+    out = groups_of(op, m.devices, m.replicas)
     if out.size and (out.min() < 0 or out.max() >= m.devices):
         raise NumericUnsupported(op, f"replica groups name devices outside 0..{m.devices - 1}")
     return out
@@ -143,7 +113,7 @@ def collective_permute(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     if pairs is None:
         return [out]
     reps, parts = m.replicas, m.partitions
-    if _has_channel(op):  # partition ids, in every replica
+    if has_channel(op):  # partition ids, in every replica
         src = (np.arange(reps)[:, None] * parts + pairs[None, :, 0]).reshape(-1)
         dst = (np.arange(reps)[:, None] * parts + pairs[None, :, 1]).reshape(-1)
     else:  # replica ids, in every partition; pairs naming absent replicas are dropped

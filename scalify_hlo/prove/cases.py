@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scalify_hlo.ir.nodes import Literal, Op, Region, TensorType, Value, walk
+from scalify_hlo.layout.groups import has_channel
 from scalify_hlo.layout.mesh import Layout, Mesh, Reducer
 from scalify_hlo.ops.reducers import OP_OF_REDUCER, reducer_of
 from scalify_hlo.prove import branches
@@ -261,7 +262,7 @@ def _along_axis(sub: Deriver, op: Op, axis: str) -> Callable[[list[Deriver], Op]
 
 def _along(sub: Deriver, op: Op, axis: str) -> Combine | None:
     """The combining rule when `op` is a collective along `axis`, else None (each case runs it)."""
-    if op.opcode not in _ALONG or ("channel_handle" not in op.attrs and op.opcode != "collective_permute"):
+    if op.opcode not in _ALONG or (not has_channel(op) and op.opcode != "collective_permute"):
         return None
     if op.opcode == "collective_permute":
         pairs = op.attrs.get("source_target_pairs")

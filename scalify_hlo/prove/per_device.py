@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scalify_hlo.ir.nodes import Literal, Op, Region, TensorType, Value
+from scalify_hlo.layout.groups import device_groups, has_channel
 from scalify_hlo.layout.mesh import Layout, Mesh, Reducer
 from scalify_hlo.ops.reducers import OP_OF_REDUCER, reducer_of
 from scalify_hlo.prove.cases import agree, record_case_terms, run_ops
@@ -148,12 +149,9 @@ def _along(devices: list[int], op: Op) -> Combine | None:
 
 
 def _groups(op: Op, devices: list[int]) -> list[list[int]] | None:
-    if "channel_handle" not in op.attrs:
+    if not has_channel(op):
         return None  # cross-replica groups: one replica, every partition alone
-    groups = op.attrs.get("replica_groups")
-    if not isinstance(groups, Literal) or groups.array.size == 0:
-        return [sorted(devices)]
-    return [[int(x) for x in row] for row in np.asarray(groups.array).reshape(groups.array.shape[0], -1)]
+    return [[int(x) for x in row] for row in device_groups(op, len(devices))]
 
 
 def _terms_of(cases: list[Deriver], v: Value) -> list[Term] | Fact:

@@ -1,0 +1,199 @@
+"""Which devices a collective combines, read in one place for the interpreter, the prover and the audit.
+
+Which devices form a group follows XLA's collective group modes (`CollectiveOpGroupMode`), devices
+numbered `replica * partitions + partition`:
+- no `channel_handle`: cross-replica; groups list replica ids and every partition runs its own copy.
+  With one replica each partition is alone and the collective does nothing across partitions.
+- `channel_handle` and `use_global_device_ids`: flattened ids; groups list device ids.
+- `channel_handle` on all_to_all / collective_permute / collective_broadcast (no such attribute):
+  cross-partition; groups list partition ids, within each replica.
+- `channel_handle` without `use_global_device_ids` on all_reduce / all_gather / reduce_scatter:
+  cross-replica-and-partition; a group is its replicas times all partitions. With one replica, ids beyond
+  replica 0 cannot be replica ids and are read as partition ids.
+Empty replica groups mean one group of all participants.
+
+Then the device algebra of groups and pairs on a mesh: the axes a group array spans (`axes_of_groups`),
+cyclic shifts along axes (`cyclic_shift`), partition-id tables read as axis indices (`match_axis_index`).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import numpy.typing as npt
+
+from scalify_hlo.ir.errors import ShardingError, UnmodelledShardingError
+from scalify_hlo.ir.nodes import ChannelHandle, Literal, Op
+from scalify_hlo.layout.mesh import (
+    IntArray,
+    Mesh,
+    factor,
+    is_partition,
+    position_forms,
+    preview_devices,
+    preview_groups,
+    split_axis_name,
+)
+
+# Ops without `use_global_device_ids`: with a channel their groups list partition ids.
+_NO_GLOBAL_IDS_ATTR = frozenset({"all_to_all", "collective_permute", "collective_broadcast"})
+
+
+def has_channel(op: Op) -> bool:
+    """Whether `op` has a channel: a channel handle > 0 (XLA reads a zero channel id as none)."""
+    ch = op.attrs.get("channel_handle")
+    return isinstance(ch, ChannelHandle) and ch.handle > 0
+
+
+def listed_groups(op: Op) -> IntArray | None:
+    """The op's `replica_groups` as a [G, S] array, None when it lists none (one group of all)."""
+    v = op.attrs.get("replica_groups")
+    if isinstance(v, Literal) and v.array.size:
+        return np.asarray(v.array, dtype=np.int64).reshape(v.array.shape[0], -1)
+    return None
+
+
+def device_groups(op: Op, devices: int, replicas: int = 1) -> IntArray:
+    """`[G, S]` device ids (`replica * partitions + partition`): the groups of `op`, each in the order its
+    members' data is combined, by XLA's group modes (module docstring)."""
+    parts = devices // replicas
+    listed = listed_groups(op)
+    if not has_channel(op):
+        if replicas == 1:
+            return np.arange(devices, dtype=np.int64)[:, None]
+        g = listed if listed is not None else np.arange(replicas, dtype=np.int64)[None]
+        return (g[None] * parts + np.arange(parts)[:, None, None]).reshape(-1, g.shape[1])
+    if bool(op.attrs.get("use_global_device_ids", False)):
+        return listed if listed is not None else np.arange(devices, dtype=np.int64)[None]
+    if op.opcode in _NO_GLOBAL_IDS_ATTR or (replicas == 1 and listed is not None and listed.max() >= 1):
+        g = listed if listed is not None else np.arange(parts, dtype=np.int64)[None]
+        return (np.arange(replicas)[:, None, None] * parts + g[None]).reshape(-1, g.shape[1])
+    g = listed if listed is not None else np.arange(replicas, dtype=np.int64)[None]
+    return (g[:, :, None] * parts + np.arange(parts)).reshape(g.shape[0], -1)
+
+
+def canonical_groups(groups: npt.ArrayLike, mesh: Mesh | None = None) -> IntArray:
+    """Replica groups with their rows in a canonical order (by the mesh position of their first member,
+    or by device id without a mesh): the order of the groups carries no meaning, so mesh inference must
+    not read structure into it."""
+    g = np.asarray(groups, dtype=np.int64)
+    if g.ndim != 2 or g.size == 0:
+        return g
+    try:
+        key = mesh.positions(g[:, 0]) if mesh is not None else g[:, 0]
+    except ShardingError:
+        key = g[:, 0]
+    return g[np.argsort(key, kind="stable")]
+
+
+def axes_of_groups(groups: npt.ArrayLike, mesh: Mesh, num_devices: int, *, ordered: bool = True) -> tuple[str, ...]:
+    """The mesh axes (major first) a [G, S] replica/device group array spans; empty = all devices in id
+    order. Groups must be the fibres of those axes, each listed in their mixed-radix order; with
+    `ordered=False` (a reduction, where the order of a group's members means nothing) in any order.
+
+    Raises `UnmodelledShardingError` for a legal partition of the devices that is not such fibres (or has
+    groups of different sizes), and a plain `ShardingError` for a list that is no partition of the devices
+    or for fibres listed out of shard order."""
+    g = np.asarray(groups, dtype=np.int64)
+    if g.size == 0:
+        g = np.arange(num_devices, dtype=np.int64).reshape(1, -1)
+    if g.ndim == 2 and mesh.size == num_devices and (g < 0).any() and is_partition(g, num_devices):
+        raise UnmodelledShardingError(None, f"replica groups {preview_groups(g)} are of different sizes: a legal "
+                                      "partition of the devices (all-reduce) but not the fibres of any mesh "
+                                      "axes, which is all this tool models")
+    if g.ndim != 2 or mesh.size != num_devices or g.size != num_devices or \
+            not np.array_equal(np.sort(g, axis=None), np.arange(num_devices)):
+        raise ShardingError(None, f"replica groups {preview_devices(g)}: expected a [groups, size] array "
+                            f"using each of the {num_devices} devices of mesh {mesh.describe()} once")
+    if g.shape[1] == 1:
+        return ()
+    pos = mesh.positions(g)
+    members = g
+    if not ordered:  # each group as a set: its members in mesh order
+        members = np.take_along_axis(g, np.argsort(pos, axis=1, kind="stable"), axis=1)
+        pos = np.sort(pos, axis=1)
+    # The order of the groups themselves carries no meaning; only the order inside a group does.
+    rows = members[np.argsort(pos[:, 0], kind="stable")]
+    found = factor(rows, mesh)
+    if found is not None:
+        return found[1]
+    as_set = factor(mesh.device_array().ravel()[position_forms(pos)[1]], mesh)
+    if as_set is not None:
+        raise ShardingError(None, f"replica groups {preview_devices(g)} hold the devices of mesh axes "
+                            f"{list(as_set[1])} but not in the mixed-radix order of any ordering of them: "
+                            "group order does not match the shard order")
+    # A legal partition of the devices all the same: not bad input, and no evidence of a bug either.
+    raise UnmodelledShardingError(None, f"replica groups {preview_groups(g)} are not the fibres of any set of "
+                                  f"axes of mesh {mesh.describe()} (every group the devices differing only in "
+                                  "some axes): a legal partition of the devices this tool does not model")
+
+
+def pairs_are_complete_permutation(pairs: npt.ArrayLike, num_devices: int) -> bool:
+    """Whether source→target pairs send from every device exactly once and to every device exactly once."""
+    p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    iota = np.arange(num_devices)
+    return p.shape[0] == num_devices and all(np.array_equal(np.sort(p[:, k]), iota) for k in (0, 1))
+
+
+def shift_of_pairs(pairs: npt.ArrayLike, mesh: Mesh) -> tuple[str, int] | None:
+    """(axis, k) when the pairs are the cyclic shift by k (0 < k < size) along one mesh axis; else None
+    (also for the identity, and for a shift along an axis that refinement split: see `cyclic_shift`)."""
+    shift = cyclic_shift(pairs, mesh)
+    if shift is None or len(shift[0]) != 1:
+        return None
+    return shift[0][0], shift[1]
+
+
+def cyclic_shift(pairs: npt.ArrayLike, mesh: Mesh) -> tuple[tuple[str, ...], int] | None:
+    """(axes, k) when the pairs shift cyclically by k along the mixed-radix index of `axes`, a run of
+    consecutive mesh axes that are parts of one original axis (e.g. ("tp:(1)2", "tp:(2)2") for a shift
+    along "tp" after refinement); else None (also for the identity)."""
+    p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if not pairs_are_complete_permutation(p, mesh.size):
+        return None
+    try:
+        src, dst = mesh.coords(p[:, 0]), mesh.coords(p[:, 1])
+    except ShardingError:  # device ids the mesh does not have: not a shift on this mesh
+        return None
+    moving = np.flatnonzero((src != dst).any(axis=0)).tolist()
+    if not moving or moving != list(range(moving[0], moving[-1] + 1)):
+        return None
+    run = tuple(mesh.names[i] for i in moving)
+    if len({split_axis_name(n)[0] for n in run}) != 1:
+        return None  # a shift carrying from one axis into another is not a shift along either
+    k = (mesh.linear_index(dst, run) - mesh.linear_index(src, run)) % mesh.size_of(run)
+    return (run, int(k[0])) if (k == k[0]).all() else None
+
+
+def match_axis_index(values: npt.ArrayLike, mesh: Mesh) -> tuple[tuple[str, ...], int] | None:
+    """(axes, scale) when `values[device] == scale * linear_index(coords(device), axes)`; ((), 0) when
+    all values are zero; else None."""
+    v = np.asarray(values, dtype=np.int64).ravel()
+    grid_ids = mesh.device_array()
+    if v.size != mesh.size or (grid_ids.size and int(grid_ids.max()) >= v.size):
+        return None
+    grid = v[grid_ids]
+    if not grid.any():
+        return (), 0
+    if grid.flat[0] != 0:
+        return None
+    terms: list[tuple[int, int, int]] = []  # (coefficient, axis index, size)
+    for i, (_, s) in enumerate(mesh.axes):
+        if s > 1:
+            unit = tuple(1 if k == i else 0 for k in range(len(mesh.axes)))
+            if (coef := int(grid[unit])) != 0:
+                terms.append((coef, i, s))
+    terms.sort()
+    for (c0, _, s0), (c1, _, _) in itertools.pairwise(terms):
+        if c1 != c0 * s0:
+            return None
+    if not terms or terms[0][0] < 1:
+        return None
+    expected = np.zeros(mesh.shape, dtype=np.int64)
+    for coef, i, s in terms:
+        shape = [s if k == i else 1 for k in range(grid.ndim)]
+        expected += (np.arange(s, dtype=np.int64) * coef).reshape(shape)
+    if not np.array_equal(expected, grid):
+        return None
+    return tuple(mesh.names[i] for _, i, _ in reversed(terms)), terms[0][0]
