@@ -141,6 +141,7 @@ def every_mutant_checked(before: Module, after: Module, verify: Callable[[Module
     """Every single-op mutation of `after` (each seed), verified; whatever is `equivalent` must agree with
     the numeric oracle on random inputs. Returns how many mutants got each verdict."""
     from scalify_hlo.numeric import machine as numeric
+    from scalify_hlo.numeric import trials
 
     seen: dict[str, int] = {}
     for kind in KINDS:
@@ -153,7 +154,7 @@ def every_mutant_checked(before: Module, after: Module, verify: Callable[[Module
                 seen[verdict] = seen.get(verdict, 0) + 1
                 if verdict != "equivalent":
                     continue
-                ref, out = numeric.run_pair(before, mutant.module, numeric.random_inputs(before, seed))
-                cmp = numeric.compare(ref, out, rtol=2e-2, atol=2e-3)
+                ref, out = numeric.run_pair(before, mutant.module, trials.random_inputs(before, seed))
+                cmp = trials.compare(ref, out, rtol=2e-2, atol=2e-3)
                 assert cmp.ok, f"FALSE EQUIVALENT: {mutant.describe()}: {cmp.reason}"
     return seen

@@ -28,6 +28,7 @@ from jax import lax  # noqa: E402
 from scalify_hlo import parsers  # noqa: E402
 from scalify_hlo.layout.mesh import Layout, Mesh, Reducer  # noqa: E402
 from scalify_hlo.numeric import machine as N  # noqa: E402
+from scalify_hlo.numeric import trials  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
@@ -135,7 +136,7 @@ def test_kernels_match_xla(name: str) -> None:
     assert len(got) == len(expected)
     for k, (g, e) in enumerate(zip(got, expected, strict=True)):
         assert g.shape == e.shape and g.dtype == e.dtype, (k, g.shape, g.dtype, e.shape, e.dtype)
-    c = N.compare(expected, got, rtol=CASES[name][2], atol=CASES[name][2] or 0)
+    c = trials.compare(expected, got, rtol=CASES[name][2], atol=CASES[name][2] or 0)
     assert c.ok, f"{name}: {c.reason}"
 
 
@@ -312,10 +313,10 @@ def test_device_dependent_indices_trips_and_branches() -> None:
 
 def test_random_inputs_keep_indices_in_range() -> None:
     module, _, _ = _case("gather")
-    x, i, j = N.random_inputs(module, seed=3)
+    x, i, j = trials.random_inputs(module, seed=3)
     assert x.dtype == np.float32 and i.dtype == np.int32
     assert i.min() >= 0 and i.max() < 5 and j.min() >= 0 and j.max() < 5  # they index dims of size 6 and 5
-    np.testing.assert_array_equal(N.random_inputs(module, seed=3)[0], x)
+    np.testing.assert_array_equal(trials.random_inputs(module, seed=3)[0], x)
 
 
 _ASYNC = """HloModule m, num_partitions=4
@@ -392,9 +393,9 @@ def test_assemble_combines_partial_axes_and_reads_replica_zero() -> None:
 def test_compare_reports_first_counterexample() -> None:
     b = [np.array([1.0, np.nan, 3.0]), np.array([[1, 2], [3, 4]])]
     a = [np.array([1.0, np.nan, 3.0 + 1e-7]), np.array([[1, 2], [3, 5]])]
-    c = N.compare(b, a)
-    assert not c.ok and c.counterexample == N.DifferingElement(1, (1, 1), 4, 5)
-    assert not N.compare([np.array([100000])], [np.array([100001])]).ok  # integers compare exactly
+    c = trials.compare(b, a)
+    assert not c.ok and c.counterexample == trials.DifferingElement(1, (1, 1), 4, 5)
+    assert not trials.compare([np.array([100000])], [np.array([100001])]).ok  # integers compare exactly
     assert c.max_abs[0] < 1e-6 and c.max_abs[1] == 1.0
-    assert N.compare(b[:1], a[:1]).ok
-    assert not N.compare([np.zeros(3)], [np.zeros(4)]).ok
+    assert trials.compare(b[:1], a[:1]).ok
+    assert not trials.compare([np.zeros(3)], [np.zeros(4)]).ok

@@ -34,6 +34,7 @@ from scalify_hlo import parsers  # noqa: E402
 from scalify_hlo.ir.nodes import Module  # noqa: E402
 from scalify_hlo.layout.mesh import Layout, Mesh  # noqa: E402
 from scalify_hlo.numeric import machine as N  # noqa: E402
+from scalify_hlo.numeric import trials  # noqa: E402
 
 MESH = Mesh((("dp", 2), ("tp", 4)))
 RTOL, ATOL = 1e-4, 1e-5
@@ -80,7 +81,7 @@ def _layout(spec: P, rank: int) -> Layout:
 
 def _assert_close(expected: list[np.ndarray], got: list[np.ndarray], what: str) -> None:
     assert [e.shape for e in expected] == [g.shape for g in got], what
-    c = N.compare(expected, got, RTOL, ATOL)
+    c = trials.compare(expected, got, RTOL, ATOL)
     assert c.ok, f"{what}: {c.reason} (max abs errors {c.max_abs})"
 
 
@@ -175,7 +176,7 @@ def test_spmd_broken_collective_is_caught(spmd: dict[str, Any]) -> None:
     broken = dataclasses.replace(after, funcs={**after.funcs, main.name: Func(
         main.name, Region(main.body.args, tuple(ops), main.body.results), main.arg_attrs, main.result_attrs)})
     before, got = N.run_pair(spmd["before"], broken, spmd["inputs"])
-    assert not N.compare(before, got, RTOL, ATOL).ok
+    assert not trials.compare(before, got, RTOL, ATOL).ok
 
 
 # ---------------------------------------------------------------------------------------- shard_map
@@ -255,7 +256,7 @@ def test_fixture_against_stored_xla_outputs(d: Path) -> None:
     _assert_close([x.reshape(b.shape) for x, b in zip(xla_before, before, strict=True)], before, "before")
     if xla_after:
         _assert_close([x.reshape(a.shape) for x, a in zip(xla_after, after, strict=True)], after, "after")
-    agree = N.compare(before, after, RTOL, ATOL).ok
+    agree = trials.compare(before, after, RTOL, ATOL).ok
     assert agree == (expected["verdict"] == "equivalent"), expected["description"]
 
 

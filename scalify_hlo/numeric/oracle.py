@@ -18,6 +18,7 @@ import scalify_hlo.parsers as parsers
 from scalify_hlo.ir.errors import ScalifyError
 from scalify_hlo.ir.nodes import Module
 from scalify_hlo.numeric import machine as numeric
+from scalify_hlo.numeric import trials
 from scalify_hlo.report.verdicts import Counterexample, Discrepancy, Equivalent, Finding, Report, Unknown
 
 RTOL, ATOL = 2e-2, 2e-3  # float32 sums in another order drift ~1e-3 on unit-variance inputs
@@ -27,7 +28,7 @@ def numeric_check(before: Module, after: Module, seed: int,
                   bounds: dict[int, tuple[int, int]] | None = None) -> dict[str, Any]:
     """Both programs on the same random inputs (integer input i in `bounds[i]`, a half-open promised
     range, when given)."""
-    inputs = numeric.random_inputs(before, seed)
+    inputs = trials.random_inputs(before, seed)
     rng = np.random.default_rng(seed + 1)
     for i, (lo, hi) in (bounds or {}).items():
         inputs[i] = rng.integers(lo, hi, size=inputs[i].shape).astype(inputs[i].dtype)
@@ -36,7 +37,7 @@ def numeric_check(before: Module, after: Module, seed: int,
     except (ScalifyError, ValueError, TypeError, IndexError) as err:
         message = err.message if isinstance(err, ScalifyError) else str(err)
         return {"ran": False, "summary": f"could not run: {message}"}
-    cmp = numeric.compare(ref, out, rtol=RTOL, atol=ATOL)
+    cmp = trials.compare(ref, out, rtol=RTOL, atol=ATOL)
     result: dict[str, Any] = {
         "ran": True, "ok": cmp.ok, "seed": seed, "rtol": RTOL, "atol": ATOL,
         "max_abs_error": [float(x) for x in cmp.max_abs], "max_rel_error": [float(x) for x in cmp.max_rel],
