@@ -26,6 +26,9 @@ from scalify_hlo.ir.errors import ParseError, Span
 from scalify_hlo.ir.nodes import Attrs, Module
 
 _XLA_ERROR = re.compile(r"(\d+):(\d+): error: ([^\n]*)")
+# XLA's printer elides constants larger than a few elements as `constant({...})` unless the dump asks for
+# them (--xla_dump_large_constants); XLA's parser then fills them with 0, 1, 2, ... instead of failing.
+_ELIDED = re.compile(r"\bconstant\(\{\.\.\.\}\)")
 _HEADER_INT = re.compile(r"\b(num_partitions|replica_count)=(\d+)")
 
 # Tuple access in an operand list: `%name#i#j...` (the '%' is absent when XLA prints names without it).
@@ -200,7 +203,23 @@ def _parse_text(text: str, path: str) -> Any:
             raise _hlo_error(retry_err, text, path) from None
 
 
+def _refuse_elided_constants(text: str, path: str) -> None:
+    """Bad input: a constant whose values the file does not hold (reasoning on XLA's stand-in values
+    could prove anything)."""
+    m = _ELIDED.search(text)
+    if m is None:
+        return
+    line = text.count("\n", 0, m.start()) + 1
+    start = text.rfind("\n", 0, m.start()) + 1
+    end = text.find("\n", m.start())
+    source = text[start:end if end >= 0 else len(text)]
+    raise ParseError(Span(path, line, m.start() - start + 1, source), "a constant elided by XLA's printer (`constant({...})`): its values "
+                     "are not in the file; expected a dump written with --xla_dump_large_constants=true "
+                     "(XLA_FLAGS), or compiled.as_text() of a program whose constants are small")
+
+
 def parse_hlo(text: str, path: str) -> Module:
+    _refuse_elided_constants(text, path)
     hlo = _parse_text(text, path)
     original = hlo.as_serialized_hlo_module_proto()
     proto = name_instructions(original)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -67,6 +68,19 @@ def test_truncated_hlo_names_the_line(tmp_path: Path) -> None:
     cut = tmp_path / "cut.hlo"
     cut.write_text("\n".join(text[: len(text) - 3]) + "\n")
     assert_bad_input(run_cli("diff", MLP / "before.mlir", cut), f"{cut}:", "HLO")
+
+
+def test_elided_constant_is_refused(tmp_path: Path) -> None:
+    """XLA's printer writes a large constant as `constant({...})` unless the dump asks for large constants;
+    XLA's parser then makes up its values. A real offset table, printed the way XLA elides it:"""
+    fx = Path(__file__).parent / "fixtures" / "mut_offset_table_permuted"
+    text = (fx / "after.hlo").read_text()
+    elided = re.sub(r"constant\(\{1, 2, 3, 0, 1, 2, 3, 0\}\)", "constant({...})", text, count=1)
+    assert elided != text
+    path = tmp_path / "after.hlo"
+    path.write_text(elided)
+    line = elided[: elided.index("constant({...})")].count("\n") + 1
+    assert_bad_input(run_cli("diff", fx / "before.mlir", path), f"{path}:{line}", "--xla_dump_large_constants")
 
 
 def test_wrong_dialect(tmp_path: Path) -> None:
