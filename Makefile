@@ -36,8 +36,9 @@ demo: $(STAMP)
 	@$(VENV)/bin/scalify-hlo diff tests/fixtures/megatron_mlp_shard_map_missing_psum/before.mlir tests/fixtures/megatron_mlp_shard_map_missing_psum/after.mlir; \
 	  echo "(exit code $$?: 1 = discrepancy)"
 
+# Tests run on every core (pytest-xdist); a group that must share a process is marked xdist_group.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadgroup
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
@@ -50,7 +51,7 @@ test-newest:
 	fi; \
 	$(MAKE) --no-print-directory $(STAMP_NEWEST) && \
 	$(PY_NEWEST) -c 'import importlib.metadata as m; print("newest:", *(f"{p}=={m.version(p)}" for p in ("jax", "jaxlib", "egglog")))' && \
-	$(PY_NEWEST) -m pytest -q
+	$(PY_NEWEST) -m pytest -q -n auto --dist loadgroup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check scalify_hlo parsers rules tools tests

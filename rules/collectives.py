@@ -11,7 +11,8 @@ cyclic collective-permute rolls the shards. `partition-id` starts the device-dep
 from __future__ import annotations
 
 import numpy as np
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, regroup, upstream
+from scalify_hlo.rules import argreduce
+from scalify_hlo.rules.facts import Blocks, Ctx, Fact, Failed, Holds, Varying, regroup, upstream
 from scalify_hlo.rules.spmd import axes_text
 
 from scalify_hlo.ir.dtypes import numpy_dtype
@@ -136,6 +137,9 @@ def all_gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
             bad = axes if isinstance(axes, Failed) else f
             assert isinstance(bad, Failed)
             out.append(bad if bad is axes else upstream(bad, op))
+            continue
+        if isinstance(f, Blocks):
+            out.append(argreduce.all_gather(ctx, op, f, axes, dim))
             continue
         if not isinstance(f, Holds):
             out.append(ctx.unsupported(op, "an all-gather of a non-tensor"))

@@ -20,6 +20,7 @@ import numpy as np
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Literal, Op, TensorType
 from scalify_hlo.layout.mesh import Layout, Mesh
+from scalify_hlo.numeric.machine import assemble, shard
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import Term
 
@@ -113,8 +114,27 @@ class Lookup:
     origin: Op
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Blocks:
+    """Output `index` of an argmax/argmin reduce over a dim split over `axes` (rules/argreduce.py): on device
+    `c`, the best (value, index) pair of `c`'s block. `whole` are the global reduction's outputs, which
+    combining every block with the same body and `inits` gives; `layout` lays the result out without the
+    blocks. `dim`: where a reshape put a unit dim for the block (None: not yet); `gathered`: an all-gather
+    over `axes` along it collected every block on every device."""
+
+    whole: tuple[Term, ...]
+    index: int
+    layout: Layout
+    axes: tuple[str, ...]
+    kind: str  # "argmax" | "argmin"
+    inits: tuple[Term, ...]
+    origin: Op
+    dim: int | None = None
+    gathered: bool = False
+
+
 Masked: TypeAlias = Shifted | InWindow | Lookup
-Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked
+Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked | Blocks
 
 
 def view(term: Term, have: Layout, want: tuple[tuple[str, ...], ...], mesh: Mesh, terms: Terms) -> Term | None:
@@ -211,6 +231,21 @@ def join(layouts: list[Layout]) -> Layout | None:
         return Layout(tuple(dims), partial)
     except ShardingError:
         return None  # the operands use one axis on different dims: their shards do not line up
+
+
+def lift_as(ctx: Ctx, f: Varying, layout: Layout) -> Holds | None:
+    """`f` as the shard under `layout` of a constant tensor, if it is one. (A device-varying value may be
+    the shard of several tensors: `ctx.lift` takes the first layout that fits, this one the layout the
+    value's fellow operands have.)"""
+    values = np.asarray(f.values)
+    try:
+        full = assemble(values, layout, ctx.mesh)
+        again = shard(full, layout, ctx.mesh)
+    except (ShardingError, ValueError):
+        return None
+    if again.shape != values.shape or not np.array_equal(again, values):
+        return None
+    return Holds(constant_term(full, TensorType(full.shape, f.type.dtype), ctx.terms), layout)
 
 
 def constant_term(values: np.ndarray, type: TensorType, terms: Terms) -> Term:

@@ -9,7 +9,7 @@ indexed dims are whole on every device (indices are global positions there).
 from __future__ import annotations
 
 import numpy as np
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, view
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, join, view
 from scalify_hlo.rules.layout import holds_operands
 
 from scalify_hlo.ir.errors import ShardingError
@@ -201,6 +201,35 @@ def replicated_only(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ..
         t = r.tensor
         key = (*attrs, ("index", i)) if len(op.results) > 1 else attrs
         out.append(Holds(ctx.terms.apply(op.opcode, args, key, t), Layout.replicated(t.rank)))
+    return tuple(out)
+
+
+def sort(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """`sort` and `top_k` along a dim whole on every device act row by row: shard by shard along the other
+    dims (top_k works on the last dim; the indices it returns are positions in a whole row, so global).
+    All operands must be laid out alike (sort's keys and the values sorted with them)."""
+    ops = holds_operands(ctx, op, facts)
+    if isinstance(ops, Failed):
+        return tuple(ops for _ in op.results)
+    if not any(h.layout.split_axes() for h in ops) or any(h.layout.partial for h in ops):
+        return replicated_only(ctx, op, facts)
+    rank = ops[0].layout.rank
+    dim = rank - 1 if op.opcode == "top_k" else int(op.attrs.get("dimension", -1))  # type: ignore[arg-type]
+    dim = dim + rank if dim < 0 else dim
+    layout = join([h.layout for h in ops])
+    if layout is None or layout.dims[dim]:
+        what = "laid out differently" if layout is None else f"split along the sorted dim {dim}"
+        return tuple(ctx.unsupported(op, f"{op.opcode} of operands {what}") for _ in op.results)
+    viewed = [view(h.term, h.layout, layout.dims, ctx.mesh, ctx.terms) for h in ops]
+    if any(t is None for t in viewed):
+        return tuple(ctx.unsupported(op, f"{op.opcode} of operands laid out differently") for _ in op.results)
+    args = tuple(t for t in viewed if t is not None)
+    attrs = term_attrs(op)
+    out: list[Fact] = []
+    for i, r in enumerate(op.results):
+        gshape = tuple(n * ctx.mesh.size_of(d) for n, d in zip(r.tensor.shape, layout.dims, strict=True))
+        key = (*attrs, ("index", i)) if len(op.results) > 1 else attrs
+        out.append(Holds(ctx.terms.apply(op.opcode, args, key, TensorType(gshape, r.tensor.dtype)), layout))
     return tuple(out)
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, join, regroup, view
+from scalify_hlo.rules import argreduce
+from scalify_hlo.rules.facts import Blocks, Ctx, Fact, Failed, Holds, Varying, join, regroup, view
 
 from scalify_hlo.ir.nodes import Op, TensorType
 from scalify_hlo.layout.mesh import Layout
@@ -48,6 +49,8 @@ def _prelude(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> list[Holds] | tuple[F
 
 def broadcast_in_dim(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     (f,) = facts
+    if isinstance(f, Blocks):
+        return (argreduce.reshape(ctx, op, f),)
     if isinstance(f, Varying):
         out_t = op.result.tensor
         dims = tuple(op.attrs["broadcast_dimensions"])  # type: ignore[arg-type]
@@ -113,6 +116,8 @@ def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     is the shard of [.., 8, ..] → [.., 4, 2, ..] (the split moves to the unit dim) as much as of
     [.., 8, ..] → [.., 1, 8, ..]. Every reading is a true fact; we take the one whose global term the
     reference program computes (it is how the partitioner got there), else the first."""
+    if len(facts) == 1 and isinstance(facts[0], Blocks):
+        return (argreduce.reshape(ctx, op, facts[0]),)
     ops = _prelude(ctx, op, facts)
     if isinstance(ops, tuple):
         return ops

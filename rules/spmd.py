@@ -9,7 +9,20 @@ or says why not: with `evidence=True` when the layouts contradict each other (th
 
 from __future__ import annotations
 
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, TupleFact, Varying, join, upstream, view
+from scalify_hlo.rules import argreduce
+from scalify_hlo.rules.facts import (
+    Blocks,
+    Ctx,
+    Fact,
+    Failed,
+    Holds,
+    TupleFact,
+    Varying,
+    join,
+    lift_as,
+    upstream,
+    view,
+)
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import DotDims, Op, TensorType
@@ -233,26 +246,33 @@ def reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
 
 def _variadic_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     """A reduction of several operands with one body (argmax: values and indices). Supported where the
-    reduced dims are whole on every device: then it is the global reduction, shard by shard."""
+    reduced dims are whole on every device: then it is the global reduction, shard by shard; over a split
+    dim, an argmax/argmin gives each device's block result (rules/argreduce.py)."""
+    if any(isinstance(f, Blocks) for f in facts):
+        return argreduce.combine(ctx, op, facts)
+    k = len(op.results)
+    # Indices computed per device (an iota plus the shard offset) are lifted as laid out like the values.
+    like = join([Layout(f.layout.dims) for f in facts[:k] if isinstance(f, Holds)])
     held: list[Holds] = []
-    for f in facts:
-        g = ctx.lift(f) if isinstance(f, Varying) else f
+    for i, f in enumerate(facts):
+        seen = lift_as(ctx, f, like) if isinstance(f, Varying) and like is not None and i < k else None
+        g = seen or (ctx.lift(f) if isinstance(f, Varying) else f)
         if not isinstance(g, Holds):
             bad = g if isinstance(g, Failed) else ctx.unsupported(op, "operands that are not tensors")
             return tuple(bad for _ in op.results)
         held.append(g)
-    k = len(op.results)
     red = tuple(op.attrs["dimensions"])  # type: ignore[arg-type]
     xs, inits = held[:k], held[k:]
     layout = join([Layout(h.layout.dims) for h in xs])
     if layout is None or any(h.layout.partial for h in held) or any(i.layout.split_axes() for i in inits):
         return tuple(ctx.unsupported(op, "a variadic reduce of operands laid out differently or partial")
                      for _ in op.results)
-    if any(layout.dims[d] for d in red):
-        return tuple(ctx.unsupported(op, "a variadic reduce (argmax-style) over a split dim") for _ in op.results)
     viewed = [view(h.term, h.layout, layout.dims, ctx.mesh, ctx.terms) for h in xs]
     if any(t is None for t in viewed):
         return tuple(ctx.unsupported(op, "a variadic reduce of operands laid out differently") for _ in op.results)
+    if any(layout.dims[d] for d in red):
+        seen = [Holds(t, layout) for t in viewed if t is not None]
+        return argreduce.block_reduce(ctx, op, seen, inits, layout, red)
     out_layout = Layout(tuple(d for i, d in enumerate(layout.dims) if i not in red))
     args = (*(t for t in viewed if t is not None), *(h.term for h in inits))
     shape = tuple(s for i, s in enumerate(args[0].type.shape) if i not in red)

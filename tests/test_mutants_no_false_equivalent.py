@@ -46,6 +46,7 @@ def mutants(draw: st.DrawFn) -> tuple[str, str, int, int]:
     return name, kind, draw(st.integers(0, 10_000)), draw(st.integers(0, 2**16))
 
 
+@pytest.mark.xdist_group("mutant_sweep")  # test_mutant_count reads what this one saw: one process
 @settings(max_examples=220, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(mutants())
@@ -69,6 +70,7 @@ def test_no_false_equivalent(case: tuple[str, str, int, int]) -> None:
     assert cmp.ok, f"FALSE EQUIVALENT: {name} {mutant.describe()}: {cmp.reason}"
 
 
+@pytest.mark.xdist_group("mutant_sweep")
 def test_mutant_count() -> None:
     """The property above really looked at 200+ mutants (run here when this test runs alone)."""
     if not SEEN:

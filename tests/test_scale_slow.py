@@ -33,8 +33,9 @@ def test_llama_stacks_are_equivalent(pairs: dict[str, tuple[Path, Path]], name: 
     before, after = pairs[name]
     report = prove(before, after)
     assert report.name == "equivalent", report.render()
-    if name == "8b":  # 32 identical layers: their questions are asked of the e-graph once, then remembered
-        assert report.stats["segments_unique"] <= 4 and report.stats["egraph_memo_hits"] >= 28, report.stats
+    if name == "8b":  # 32 identical layers: at most a few distinct e-graph questions, however deep the stack
+        distinct = report.stats["egraph_calls"] - report.stats["egraph_memo_hits"]
+        assert report.stats["segments_unique"] <= 4 and distinct <= 4, report.stats
 
 
 def test_bug_in_one_layer_is_found_in_that_layer(pairs: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:

@@ -9,12 +9,16 @@ definite verdict otherwise (then the entry goes, and the fixture is checked like
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from conftest import Fixture, fixtures
 
 from scalify_hlo.prove.engine import Options, prove
+from scalify_hlo.report.verdicts import Report
 
 FIXTURES = fixtures()
+BY_NAME = {f.name: f for f in FIXTURES}
 
 LIMITS: dict[str, str] = {
     "window_lookup_vocab_shard_map": "a shifted-index gather of windows of several rows along the split dim "
@@ -26,12 +30,36 @@ LIMITS: dict[str, str] = {
     "fa_cumsum_sharded_dim_shardy": "XLA's partitioned cumsum: all-gather, pad, dynamic-slice by 4*index, reduce-window",
     "fa_offset_table_clamped_mutated": "a dynamic-slice offset table entry past the end, clamped back by XLA",
     "fa_logsumexp_min_shift_shard_map": "logsumexp shifted by pmin (min, not max): the shift is not proven irrelevant",
+    # corpus (issue 13): optax_adamw_masked_shardy/after.hlo with a gradient all-reduce moved to the tp groups
+    "mut_optax_adamw_grad_allreduce_wrong_axis": "not proven: dynamic_slice: a dynamic-slice taking a shard over "
+                                                 "['fsdp'] of a value already split over them (a weight gradient "
+                                                 "summed over tp tiles instead of fsdp partial sums: a missed bug)",
+    "mut_optax_adamw_bias_grad_allreduce_wrong_axis": "discrepancy with a counterexample, named at the "
+                                                      "value_and_grad line (75, the frame where the gradient meets "
+                                                      "the optimizer's add), not the bias gradient's reduce (60)",
 }
 
 
-@pytest.mark.parametrize("fx", FIXTURES, ids=[f.name for f in FIXTURES])
+# Fixtures whose proof takes tens of seconds on this machine: checked by `make test-slow`.
+SLOW = {"flax_nnx_lm_shardy"}
+
+
+def _params(fxs: list[Fixture]) -> list[object]:
+    # A fixture's tests share one process (xdist group), so its proof is computed once.
+    return [pytest.param(f, id=f.name, marks=[pytest.mark.xdist_group(f.name),
+                                              *([pytest.mark.slow] if f.name in SLOW else [])]) for f in fxs]
+
+
+@functools.cache
+def _report(name: str) -> Report:
+    """One proof per fixture, shared by the tests below."""
+    fx = BY_NAME[name]
+    return prove(fx.before, fx.after, Options(assume=fx.assume))
+
+
+@pytest.mark.parametrize("fx", _params(FIXTURES))
 def test_fixture_verdict(fx: Fixture) -> None:
-    report = prove(fx.before, fx.after, Options(assume=fx.assume))
+    report = _report(fx.name)
     if fx.name in LIMITS:
         found_by_numbers = (report.name == "discrepancy" and fx.expected["verdict"] == "discrepancy"
                             and report.findings[0].counterexample is not None)
@@ -47,10 +75,10 @@ def test_fixture_verdict(fx: Fixture) -> None:
         assert first.after.source == fx.bug_site, report.render()
 
 
-@pytest.mark.parametrize("fx", [f for f in FIXTURES if f.expected["verdict"] == "equivalent" and f.name not in LIMITS],
-                         ids=lambda f: f.name)
+@pytest.mark.parametrize("fx", _params([f for f in FIXTURES
+                                        if f.expected["verdict"] == "equivalent" and f.name not in LIMITS]))
 def test_equivalent_reports_every_output(fx: Fixture) -> None:
-    report = prove(fx.before, fx.after, Options(assume=fx.assume))
+    report = _report(fx.name)
     data = report.to_json()
     assert data["verdict"] == "equivalent"
     assert len(data["outputs"]) >= 1 and not data["discrepancies"]

@@ -58,6 +58,7 @@ from programs import (  # noqa: E402
     control_flow,
     dp_mean,
     false_alarms,
+    flax_models,
     llama,
     llama_train,
     loss_dp,
@@ -65,6 +66,8 @@ from programs import (  # noqa: E402
     moe,
     nested_loops,
     norms,
+    ops_coverage,
+    optax_steps,
     pipeline,
     ring_attention,
     rmsnorm,
@@ -85,9 +88,11 @@ def _exclude_generator_frames() -> None:
 
     for path in {__file__, str(Path(__file__).resolve())}:
         source_info_util.register_exclusion(path)
+    import flax
     import optax  # a library's frames (like jax's own) name no line of the user's program
 
     source_info_util.register_exclusion(str(Path(optax.__file__).parent))
+    source_info_util.register_exclusion(str(Path(flax.__file__).parent))
 
 
 _exclude_generator_frames()
@@ -457,14 +462,16 @@ def description_of(name: str) -> str:
 
 def partitioned_pair(name: str, fn: Callable[..., Any], mesh: jax.sharding.Mesh, args: Sequence[Any],
                      argnames: Sequence[str], in_specs: Sequence[Any], out_specs: Any, *,
-                     shardy: bool = True, compiled_text: bool = False) -> Built:
-    """before = jit(fn, shardings).lower(); after = the module after SPMD partitioning (or compiled)."""
+                     shardy: bool = True, compiled_text: bool = False, keep_unused: bool = False) -> Built:
+    """before = jit(fn, shardings).lower(); after = the module after SPMD partitioning (or compiled).
+    ``keep_unused``: keep inputs the program never reads (optax.adafactor's placeholder moments) as parameters
+    of both modules, so that they line up with the oracle's inputs."""
     previous = jax.config.jax_use_shardy_partitioner  # type: ignore[attr-defined]
     jax.config.update("jax_use_shardy_partitioner", shardy)
     try:
         in_sh = tuple(named(mesh, s) for s in in_specs)
         out_sh = named(mesh, out_specs)
-        jitted = jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh)
+        jitted = jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh, keep_unused=keep_unused)
         lowered = jitted.lower(*sds(args))
         before_text = lowered.as_text(debug_info=True)
         compiled, spmd_text = compile_with_spmd_dump(lowered)
@@ -993,6 +1000,8 @@ fixture("dp_mean_sgd_shard_map", "textbook data-parallel SGD step in shard_map (
         "(correct: the mean of equal-size shard means is the global mean)")(_dp_mean_sgd("correct"))
 fixture("dp_mean_sgd_shard_map_pmean_wrong_axis", "data-parallel SGD step averaging the per-shard mean "
         "gradients over tp (params replicated there) instead of dp")(_dp_mean_sgd("pmean_wrong_axis"))
+fixture("dp_mean_sgd_shard_map_psum_not_pmean", "data-parallel SGD step summing the per-shard mean gradients "
+        "over dp with psum where pmean belongs (|dp| times too large)")(_dp_mean_sgd("psum_not_pmean"))
 
 
 def _dp_mean_adamw(variant: str) -> Callable[[str], Built]:
@@ -1540,6 +1549,202 @@ fixture("sl_collective_matmul_step_two_shard_map", "collective matmul whose ring
         "lhs column blocks are taken for i -> i+1")(
     _sl_pair(SL.matmul_ref, SL.collective_matmul_step_two_body, [P("x", None), P("x", None)],
              P("x", None), two_axes=False, shapes=[(16, 16), (16, 4)], argnames=["lhs", "rhs"]))
+
+
+# --------------------------------------------- corpus (issue 13): Flax models and optax steps as users write them
+# Programs: tools/programs/flax_models.py, tools/programs/optax_steps.py. jit + Shardy pairs (a partitioner
+# keeps a program's meaning whatever its sharding constraints, so their buggy twins are edits of after.hlo),
+# and a data-parallel shard_map step with its missing-psum twin.
+
+FM, OS = flax_models, optax_steps
+
+
+@fixture("flax_nnx_lm_shardy", "Flax nnx language model: embedding, 2 pre-LayerNorm blocks (MultiHeadAttention, "
+         "causal mask, GELU MLP), final LayerNorm, tied-embedding logits; heads, MLP and vocab over tp, batch over "
+         "dp, Shardy, vs the module after SPMD partitioning")
+def _flax_nnx_lm(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    args = FM.init_nnx(FM.TINY, rng_for(name))
+    in_specs, out_spec = FM.nnx_specs(args[0])
+    return partitioned_pair(name, FM.nnx_lm, mesh, args, ["params", "ids"], in_specs, out_spec)
+
+
+@fixture("flax_linen_block_shardy", "Flax linen block: RMSNorm, MultiHeadDotProductAttention (causal), SiLU MLP; "
+         "heads and MLP over tp, batch over dp, Shardy, vs the module after SPMD partitioning")
+def _flax_linen_block(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    args = FM.init_linen(FM.TINY, rng_for(name))
+    in_specs, out_spec = FM.linen_specs(args[0])
+    return partitioned_pair(name, FM.linen_block, mesh, args, ["params", "x"], in_specs, out_spec)
+
+
+def _optax_step(opt_name: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("fsdp", "tp"))
+        args = OS.init(opt_name, rng_for(name))
+        in_specs, out_specs = OS.specs(args)
+        step = OS.mixed_step if opt_name == "mixed" else OS.step_of(opt_name)
+        return partitioned_pair(name, step, mesh, args, ["params", "opt_state", "x", "y"], in_specs, out_specs,
+                                keep_unused=opt_name == "adafactor")
+
+    return fn
+
+
+_OPTAX_STEP = ("training step of a small MLP (MSE, value_and_grad, opt.update, apply_updates) with FSDPxTP params "
+               "and moments, batch over fsdp, Shardy, vs the module after SPMD partitioning: ")
+fixture("optax_sgd_momentum_schedule_shardy", _OPTAX_STEP + "optax.sgd with momentum 0.9 and a cosine decay "
+        "schedule (int32 step count)")(_optax_step("sgd_momentum_schedule"))
+fixture("optax_adam_shardy", _OPTAX_STEP + "optax.adam")(_optax_step("adam"))
+fixture("optax_adamw_masked_shardy", _OPTAX_STEP + "optax.adamw with weight decay masked to the "
+        "kernels")(_optax_step("adamw_masked"))
+fixture("optax_clip_adamw_shardy", _OPTAX_STEP + "optax.chain(clip_by_global_norm, adamw)")(_optax_step("clip_adamw"))
+fixture("optax_lion_shardy", _OPTAX_STEP + "optax.lion with weight decay (sign of the interpolated "
+        "moment)")(_optax_step("lion"))
+fixture("optax_adafactor_shardy", _OPTAX_STEP + "optax.adafactor with factored second moments "
+        "(min_dim_size_to_factor=4)")(_optax_step("adafactor"))
+fixture("optax_mixed_precision_shardy", _OPTAX_STEP + "bf16 copies of f32 master weights, dots accumulating in "
+        "f32, an f32 RMSNorm, adamw on the masters")(_optax_step("mixed"))
+
+
+def _optax_lion_dp(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((4, 2), ("dp", "tp"))
+        args = OS.init("lion", rng_for("optax_lion_dp"))
+        in_specs, _ = OS.dp_specs(args[1])
+        return shard_map_pair(name, OS.step_of("lion"), OS.shard_map_lion(mesh, args[1], variant), mesh, args,
+                              ["params", "opt_state", "x", "y"], in_specs,
+                              None if variant == "correct" else OS.LION_VARIANTS[variant])
+
+    return fn
+
+
+fixture("optax_lion_dp_shard_map", "data-parallel optax.lion step in shard_map (params and state replicated, batch "
+        "over dp of a 4x2 dp x tp mesh): local loss = sum of per-example losses / global batch, psum of grads and "
+        "loss over dp, then the Lion update (correct)")(_optax_lion_dp("correct"))
+fixture("optax_lion_dp_shard_map_no_grad_psum", "data-parallel optax.lion step feeding each shard's own gradients "
+        "to the optimizer (no psum over dp)")(_optax_lion_dp("no_grad_psum"))
+
+
+def _allreduce_groups_changed(name: str, base_name: str, op_name: str, old: str, new: str, what: str) -> Built:
+    """``base``'s after.hlo with the one all-reduce from `op_name` over groups `old` moved to groups `new`."""
+    text = build(base_name).after_text
+    targets = [n for n in hlo_instructions(text, "all-reduce")
+               if f"replica_groups={old}," in (line := hlo_instruction_line(text, n)[1]) and op_name in line]
+    assert targets, f"{name}: no all-reduce from {op_name} over {old}"
+    idx, line = hlo_instruction_line(text, targets[0])
+    new_text = replace_line(text, idx, line.replace(f"replica_groups={old},", f"replica_groups={new},"))
+    return mutated(name, base_name, new_text, targets[0], f"all-reduce {targets[0]} ({what}): replica_groups {old} "
+                   f"changed to {new}")
+
+
+@fixture("mut_optax_adamw_grad_allreduce_wrong_axis", "optax_adamw_masked_shardy after.hlo with the first weight "
+         "gradient all-reduce (partial sums over the fsdp-split batch) moved from the fsdp groups to the tp groups")
+def _mut_optax_grad_axis(name: str) -> Built:
+    return _allreduce_groups_changed(name, "optax_adamw_masked_shardy", "transpose(jvp())/dot_general",
+                                     "[4,2]<=[2,4]T(1,0)", "[2,4]<=[8]", "a weight gradient summed over fsdp")
+
+
+@fixture("mut_optax_adamw_bias_grad_allreduce_wrong_axis", "optax_adamw_masked_shardy after.hlo with the hidden "
+         "bias gradient's all-reduce (a sum over the fsdp-split batch) moved from the fsdp groups to the tp groups")
+def _mut_optax_bias_grad_axis(name: str) -> Built:
+    return _allreduce_groups_changed(name, "optax_adamw_masked_shardy", "transpose(jvp())/reduce_sum",
+                                     "mesh['axis_0'=2,'axis_1'=4] {'axis_0'}", "mesh['axis_0'=2,'axis_1'=4] {'axis_1'}",
+                                     "the hidden bias gradient summed over fsdp")
+
+
+@fixture("mut_flax_linen_attn_allreduce_wrong_axis", "flax_linen_block_shardy after.hlo with the attention-output "
+         "all-reduce (partial sums over the tp-split heads) moved from the tp groups to the dp groups")
+def _mut_linen_attn_axis(name: str) -> Built:
+    return _allreduce_groups_changed(name, "flax_linen_block_shardy", "attn/out/dot_general",
+                                     "{{0,1,2,3},{4,5,6,7}}", "{{0,4},{1,5},{2,6},{3,7}}",
+                                     "attention heads summed over tp")
+
+
+# ------------------------------------------------ op coverage (issue 14): argmax, pooling, cumsum
+# Programs: tools/programs/ops_coverage.py. shard_map pairs with `# BUG:` twins, and XLA's partitioning of
+# the same functions over a split dim (with a text mutation as the twin).
+
+
+def _oc_pair(ref: Callable[..., Any], body: Callable[..., Any], shape: tuple[int, ...],
+             spec: Any, out_spec: Any = None) -> Callable[[str], Built]:
+    """A shard_map pair on one float32 normal input over 8 devices on "x"; a bug pair when `body` has a
+    `# BUG:` line. check_vma is off: JAX cannot see that a reduce of gathered values is the same on every
+    device."""
+    def fn(name: str) -> Built:
+        mesh = make_mesh((OC.N,), ("x",))
+        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(spec,), out_specs=spec if out_spec is None else out_spec,
+                                     check_vma=False))
+        return shard_map_pair(name, ref, impl, mesh, _fa_normal(name, shape), ["x"], [spec],
+                              body if "# BUG:" in inspect.getsource(body) else None)
+
+    return fn
+
+
+def _oc_partitioned(ref: Callable[..., Any], shape: tuple[int, ...], spec: Any, out_spec: Any
+                    ) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh(OC.MESH_2D, ("dp", "tp"))
+        return partitioned_pair(name, ref, mesh, _fa_normal(name, shape), ["x"], [spec], out_spec)
+
+    return fn
+
+
+OC = ops_coverage
+ROWS = P("x", None)
+NHWC = P("x", None, None, None)
+fixture("oc_argmax_rows_shard_map", "jnp.argmax over a dim whole on every device, rows split over x "
+        "(correct)")(_oc_pair(OC.argmax_rows_ref, OC.argmax_rows_body, (16, 32), ROWS, P("x")))
+fixture("oc_argmax_rows_argmin_shard_map", "argmin where the reference takes argmax, rows split over x")(
+    _oc_pair(OC.argmax_rows_ref, OC.argmax_rows_argmin_body, (16, 32), ROWS, P("x")))
+fixture("oc_argmax_split_dim_shard_map", "argmax over the dim split over x by hand: each device's best "
+        "(value, global index), all_gather of both, the same lax.reduce over them (correct)")(
+    _oc_pair(OC.argmax_cols_ref, OC.argmax_split_body, (16, 32), P(None, "x"), P()))
+fixture("oc_argmax_split_dim_local_ids_shard_map", "argmax over the split dim by hand with local indices "
+        "(the shard offset missing)")(
+    _oc_pair(OC.argmax_cols_ref, OC.argmax_split_local_ids_body, (16, 32), P(None, "x"), P()))
+fixture("oc_argmax_split_dim_shardy", "jnp.argmax over the dim split over tp (2x4 mesh), Shardy: a local "
+        "variadic reduce with global indices, all-gathers of the block results, the same reduce over them "
+        "(correct)")(_oc_partitioned(OC.argmax_cols_ref, (8, 32), P("dp", "tp"), P("dp")))
+fixture("oc_argmin_split_dim_shardy", "jnp.argmin over the dim split over tp (2x4 mesh), Shardy (correct)")(
+    _oc_partitioned(OC.argmin_cols_ref, (8, 32), P("dp", "tp"), P("dp")))
+
+
+@fixture("oc_argmax_split_dim_local_index_mutated", "oc_argmax_split_dim_shardy after.hlo with the block "
+         "reduce's indices local (the iota without the shard offset)")
+def _oc_argmax_local_index(name: str) -> Built:
+    base = build("oc_argmax_split_dim_shardy")
+    text = base.after_text
+    bcasts = [n for n in hlo_instructions(text, "broadcast")
+              if re.search(r"s32\[4,8\]\{1,0\} broadcast\(%add\)", hlo_instruction_line(text, n)[1])]
+    assert len(bcasts) == 1, f"expected one broadcast of the offset iota, got {bcasts}"
+    idx, line = hlo_instruction_line(text, bcasts[0])
+    iotas = hlo_instructions(text, "iota")
+    assert len(iotas) == 1, iotas
+    new = replace_line(text, idx, line.replace("broadcast(%add)", f"broadcast({iotas[0]})"))
+    return mutated(name, "oc_argmax_split_dim_shardy", new, bcasts[0],
+                   f"{bcasts[0]}: the block indices without the shard offset (local, not global)")
+
+
+fixture("oc_avg_pool_shard_map", "2x2 average pooling (reduce_window add, stride 2) of NHWC, batch split "
+        "over x (correct)")(_oc_pair(OC.avg_pool_ref, OC.avg_pool_body, (8, 8, 8, 4), NHWC))
+fixture("oc_avg_pool_max_shard_map", "average pooling with a max window where the sum belongs")(
+    _oc_pair(OC.avg_pool_ref, OC.avg_pool_max_body, (8, 8, 8, 4), NHWC))
+fixture("oc_max_pool_shard_map", "3x3 max pooling, stride 1, SAME padding, batch split over x (correct)")(
+    _oc_pair(OC.max_pool_ref, OC.max_pool_body, (8, 8, 8, 4), NHWC))
+fixture("oc_max_pool_shifted_shard_map", "3x3 max pooling padded after the pixels instead of around "
+        "them")(_oc_pair(OC.max_pool_ref, OC.max_pool_shifted_body, (8, 8, 8, 4), NHWC))
+fixture("oc_cumsum_cols_shard_map", "jnp.cumsum along a dim whole on every device, rows split over x "
+        "(correct)")(_oc_pair(OC.cumsum_cols_ref, OC.cumsum_cols_body, (16, 32), ROWS))
+fixture("oc_cumsum_cols_reversed_shard_map", "a reversed cumsum where the reference takes prefix sums")(
+    _oc_pair(OC.cumsum_cols_ref, OC.cumsum_cols_reversed_body, (16, 32), ROWS))
+fixture("oc_sort_cols_shard_map", "jnp.sort along a dim whole on every device, rows split over x (correct)")(
+    _oc_pair(OC.sort_cols_ref, OC.sort_cols_body, (16, 32), ROWS))
+fixture("oc_sort_cols_descending_shard_map", "a descending sort where the reference sorts ascending")(
+    _oc_pair(OC.sort_cols_ref, OC.sort_cols_descending_body, (16, 32), ROWS))
+fixture("oc_top_k_rows_shard_map", "lax.top_k (k=4) of each whole row, rows split over x: values and "
+        "indices (correct)")(_oc_pair(OC.top_k_ref, OC.top_k_body, (16, 32), ROWS, (ROWS, ROWS)))
+fixture("oc_top_k_smallest_shard_map", "top_k of the negated rows: the 4 smallest where the largest are "
+        "meant")(_oc_pair(OC.top_k_ref, OC.top_k_smallest_body, (16, 32), ROWS, (ROWS, ROWS)))
 
 
 # ============================================================================================ writing

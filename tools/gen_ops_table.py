@@ -175,6 +175,11 @@ REASONS: dict[str, str] = {
 # Handled ops whose handling depends on more than the opcode.
 PARTIAL: dict[str, str] = {
     "stablehlo.custom_call": "by call target (the `@` rows); any other target is unsupported",
+    "stablehlo.sort": "along a dim whole on every device (the other dims may be split); along a split dim unknown",
+    "chlo.top_k": "of rows whole on every device (the other dims may be split); along a split dim unknown",
+    "stablehlo.reduce_window": "windows along dims whole on every device; a window over a split dim (XLA's "
+                               "partitioned cumsum) is unknown",
+    "stablehlo.reduce": "variadic bodies over a split dim only when JAX's argmax/argmin comparator",
 }
 
 UNTRIAGED = "not triaged: no kernel and no transfer rule (add a reason to REASONS in tools/gen_ops_table.py)"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scalify_hlo.ir.nodes import Op, Opaque, Region, Value
-from scalify_hlo.ops.reducers import reducer_of
+from scalify_hlo.ops.reducers import arg_reducer_of, reducer_of
 
 _HINTS = frozenset({
     "precision_config", "mhlo.sharding", "sdy.sharding", "mhlo.frontend_attributes", "channel_handle",
@@ -60,7 +60,11 @@ def _attrs(op: Op, index: dict[Value, int], free: dict[Value, int]) -> tuple[tup
     attrs = tuple((k, v) for k, v in op.attrs.items() if k not in hints and not isinstance(v, Opaque))
     if op.regions:
         reducer = reducer_of(op.regions[0]) if len(op.regions) == 1 else None
+        # JAX's argmax/argmin comparator by name: the reference's StableHLO and XLA's HLO order its ops
+        # differently, and the name is what the split-dim rule checks.
+        arg = arg_reducer_of(op.regions[0]) if len(op.regions) == 1 and op.opcode == "reduce" else None
         # Nested bodies share the numbering: a use of an enclosing body's value names that value.
-        key: Any = reducer.value if reducer is not None else tuple(_region_key(r, index, free) for r in op.regions)
+        key: Any = (reducer.value if reducer is not None else arg if arg is not None
+                    else tuple(_region_key(r, index, free) for r in op.regions))
         attrs = (*attrs, ("computation", key))
     return attrs

@@ -8,8 +8,9 @@ values and the name of the collective JAX users know it by.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
-from scalify_hlo.ir.nodes import Region
+from scalify_hlo.ir.nodes import Attrs, AttrValue, Op, Region, TensorType, Value
 
 
 class Reducer(enum.Enum):
@@ -43,3 +44,77 @@ def reducer_of(region: Region) -> Reducer | None:
     if op.results != region.results or set(op.operands) != set(region.args):
         return None
     return REDUCER_OF_OP.get(op.opcode)
+
+
+# ------------------------------------------------------------------------------ argmax / argmin bodies
+# `jnp.argmax` / `jnp.argmin` reduce the values and an iota of indices together with JAX's comparator
+# (`lax._compute_argminmax`): pick the operand's value if it is better or NaN, its index if its value was
+# picked or ties with a smaller index. The body is recognised by its dataflow, whatever the op order and
+# however the parser spells it (the reference's StableHLO and XLA's HLO list its ops in different orders).
+
+ARG_REDUCERS = ("argmax", "argmin")
+_BETTER = {"argmax": "GT", "argmin": "LT"}
+# Compare types that are the IEEE / integer comparison (TOTALORDER orders NaNs and -0: another body).
+_PLAIN_COMPARE = frozenset({None, "FLOAT", "SIGNED", "UNSIGNED"})
+
+
+def _expr(v: Value, defs: dict[Value, Op], args: dict[Value, int]) -> Any:
+    """A canonical expression of a body value: `or`/`and` operands unordered."""
+    if v in args:
+        return ("arg", args[v])
+    op = defs.get(v)
+    if op is None or len(op.results) != 1:
+        return None
+    ins = tuple(_expr(a, defs, args) for a in op.operands)
+    if op.opcode == "compare":
+        if op.attrs.get("compare_type") not in _PLAIN_COMPARE:
+            return None
+        return ("compare", op.attrs.get("comparison_direction"), *ins)
+    if op.opcode in ("or", "and"):
+        return (op.opcode, frozenset(ins))
+    if op.opcode == "select":
+        return ("select", *ins)
+    return None
+
+
+def _arg_exprs(kind: str) -> tuple[Any, Any]:
+    a0, a1, a2, a3 = (("arg", i) for i in range(4))
+    pick_value = ("or", frozenset({("compare", _BETTER[kind], a0, a2), ("compare", "NE", a0, a0)}))
+    tie = ("and", frozenset({("compare", "EQ", a0, a2), ("compare", "LT", a1, a3)}))
+    pick_index = ("or", frozenset({pick_value, tie}))
+    return ("select", pick_value, a0, a2), ("select", pick_index, a1, a3)
+
+
+def arg_reducer_of(region: Region) -> str | None:
+    """"argmax" or "argmin" when `region` is JAX's comparator of (value, index) pairs, else None."""
+    if len(region.args) != 4 or len(region.results) != 2:
+        return None
+    defs = {r: op for op in region.ops for r in op.results}
+    args = {v: i for i, v in enumerate(region.args)}
+    got = tuple(_expr(r, defs, args) for r in region.results)
+    return next((k for k in ARG_REDUCERS if got == _arg_exprs(k)), None)
+
+
+def arg_reducer_region(kind: str, value_dtype: str, index_dtype: str) -> Region:
+    """JAX's comparator body for `kind` ("argmax" / "argmin"), for evaluating terms that name it."""
+    def scalar(dtype: str, name: str) -> Value:
+        return Value(TensorType((), dtype), name)
+
+    v0, i0, v1, i1 = scalar(value_dtype, "%v0"), scalar(index_dtype, "%i0"), scalar(value_dtype, "%v1"), \
+        scalar(index_dtype, "%i1")
+    ops: list[Op] = []
+
+    def emit(opcode: str, ins: tuple[Value, ...], dtype: str, **attrs: AttrValue) -> Value:
+        r = scalar(dtype, f"%t{len(ops)}")
+        ops.append(Op(opcode, ins, (r,), Attrs.of(attrs)))
+        return r
+
+    better = emit("compare", (v0, v1), "i1", comparison_direction=_BETTER[kind])
+    nan = emit("compare", (v0, v0), "i1", comparison_direction="NE")
+    pick_value = emit("or", (better, nan), "i1")
+    eq = emit("compare", (v0, v1), "i1", comparison_direction="EQ")
+    lt = emit("compare", (i0, i1), "i1", comparison_direction="LT")
+    pick_index = emit("or", (pick_value, emit("and", (eq, lt), "i1")), "i1")
+    value = emit("select", (pick_value, v0, v1), value_dtype)
+    index = emit("select", (pick_index, i0, i1), index_dtype)
+    return Region((v0, i0, v1, i1), tuple(ops), (value, index))

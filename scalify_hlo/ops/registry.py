@@ -62,9 +62,9 @@ OPS: dict[str, OpSem] = {
     "select_and_scatter": OpSem(X.replicated_only),
     "sharding_constraint": OpSem(S.identity),
     "slice": OpSem(L.slice_),
-    "sort": OpSem(X.replicated_only),
+    "sort": OpSem(X.sort),
     "transpose": OpSem(L.transpose),
-    "top_k": OpSem(X.replicated_only),
+    "top_k": OpSem(X.sort),
     "tuple": OpSem(S.tuple_),
 }
 

@@ -28,6 +28,7 @@ from scalify_hlo.numeric.oracle import numeric_check
 from scalify_hlo.prove.derive import Deriver, loop_term, while_terms
 from scalify_hlo.prove.egraph import Budget, EGraph
 from scalify_hlo.prove.localize import localize_blocks, localize_failure, localize_mismatch
+from scalify_hlo.prove.scaling import localize_scaling, prefer_scaling
 from scalify_hlo.prove.sync import Sync
 from scalify_hlo.report.verdicts import (
     Counterexample,
@@ -339,6 +340,7 @@ class _Prover:
         evidence: list[Finding] = []
         doubts: list[Finding] = []
         partial: dict[int, Counterexample] = {}  # finding id -> the op-level case of a value left partial
+        scaled: dict[int, tuple[Finding, Finding | None]] = {}  # term mismatches and a scaling that explains them
         for j, (bt, f) in enumerate(zip(before_terms, aouts, strict=True)):
             g = ad.lift(f) if isinstance(f, Varying) else f
             if isinstance(g, Failed):
@@ -355,9 +357,9 @@ class _Prover:
                 axes = ", ".join(f'"{a}"' for a, _ in g.layout.partial)
                 finding = localize_failure(
                     Failed(f"output {j} is still partial over {{{axes}}}: every device holds a partial result and "
-                           f"a reduction over {{{axes}}} is missing", g.origin, True, False, g.origin,
-                           expected.describe(self.ap.mesh) if expected else "no partial axes",
-                           g.layout.describe(self.ap.mesh)), j, self.bp, bd, self.ap, ad)
+                           f"a reduction over {{{axes}}} is missing", g.origin, True, origin=g.origin,
+                           expected=expected.describe(self.ap.mesh) if expected else "no partial axes",
+                           found=g.layout.describe(self.ap.mesh), partial=True), j, self.bp, bd, self.ap, ad)
                 evidence.append(finding)
                 partial[id(finding)] = _partial_counterexample(j, bt.type.rank)
                 continue
@@ -384,6 +386,9 @@ class _Prover:
             else:  # no counterexample: the values are not known to differ, only not proven equal
                 doubts.append(dataclasses.replace(finding, reason=finding.reason.replace(
                     f"output {j} differs from the reference", f"output {j} is not proven equal to the reference")))
+            made = (evidence if cex is not None else doubts)[-1]
+            scaled[id(made)] = (made, localize_scaling(j, term, bt, self.bp, bd, self.ap, ad, self.sync))
+        evidence, doubts = prefer_scaling(evidence, scaled), prefer_scaling(doubts, scaled)
         if evidence:
             return self._backed(evidence, doubts, partial)
         if doubts:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 from scalify_hlo.ir.nodes import Frame, Op, Value, walk
 from scalify_hlo.layout.program import Program
+from scalify_hlo.ops.reducers import COLLECTIVE_NAME
 from scalify_hlo.prove.derive import Deriver
 from scalify_hlo.prove.sync import Sync
 from scalify_hlo.report.verdicts import Finding, Site
@@ -54,8 +55,18 @@ def _frame_in_common_function(origin: Op, consumer: Op | None) -> Frame | None:
     return next((fr for fr in origin.loc.frames if (fr.file, fr.function) in functions), None)
 
 
+def _wrong_collective(f: Failed) -> bool:
+    """The failure is a reduction with the wrong reducer (psum expected, pmax found): the collective is
+    what was changed or mistyped, not the op that made its operand partial."""
+    names = set(COLLECTIVE_NAME.values())
+    return f.op is not None and f.op.opcode in _COLLECTIVES and f.expected in names and f.found in names
+
+
 def localize_failure(f: Failed, j: int, bp: Program, bd: Deriver, ap: Program, ad: Deriver) -> Finding:
-    primary = f.origin or f.op
+    # A reduction with the wrong reducer is named itself, then the op that made its operand partial;
+    # otherwise the op that made the value wrong (the origin) first, then where it is consumed.
+    primary = f.op if _wrong_collective(f) else f.origin or f.op
+    second = f.origin if primary is f.op else f.op
     before_site = None
     if primary is not None:
         prod = _producers(bp, bd)
@@ -68,7 +79,7 @@ def localize_failure(f: Failed, j: int, bp: Program, bd: Deriver, ap: Program, a
                 break
     frame = _frame_in_common_function(primary, f.op) if primary is not None and primary is not f.op else None
     after_site = Site.of(primary, _describe(_fact(ad, primary), ap), frame) if primary is not None else None
-    also = (Site.of(f.op),) if f.op is not None and primary is not f.op else ()
+    also = (Site.of(second),) if second is not None and second is not primary else ()
     reason = f.reason if f.op is not None else f"output {j}: {f.reason}"
     return Finding(reason, before_site, after_site, also, f.expected, f.found)
 
@@ -82,20 +93,54 @@ def _ops_in_order(p: Program) -> Iterator[Op]:
 
 
 def _what(op: Op) -> str:
-    """The JAX primitive an op came from (its op_name's last part), else its opcode."""
-    name = op.loc.op_name
-    return name.rsplit("/", 1)[-1] if name else op.opcode
+    """The JAX primitive an op came from (its op_name's last part), else its opcode; a constant the
+    partitioner folded from one (an offset table from an iota) says so."""
+    name = op.loc.op_name.rsplit("/", 1)[-1] if op.loc.op_name else None
+    if op.opcode == "constant" and op.loc.frames and name not in (None, "constant"):
+        return f"a constant folded from {name}"
+    return name or op.opcode
 
 
-def _first_user_with_source(p: Program, op: Op) -> Op | None:
-    """XLA gives constants no metadata: point at the first op that uses the value and has a source line."""
+def _line(op: Op) -> tuple[str, int] | None:
+    frame = op.loc.frame
+    return (frame.file, frame.line) if frame is not None else None
+
+
+def _cone(p: Program, j: int) -> set[int]:
+    """id() of the ops output `j` is computed from. Result k of an op with a body (shard_map, a loop, a
+    branch) comes from its body's result k, where the body has as many."""
+    producer = {v: (op, k) for op in _ops_in_order(p) for k, v in enumerate(op.results)}
+    out: set[int] = set()
+    seen: set[int] = set()
+    stack = [p.func.body.results[j]] if j < len(p.func.body.results) else []
+    while stack:
+        v = stack.pop()
+        if id(v) in seen or v not in producer:
+            continue
+        seen.add(id(v))
+        op, k = producer[v]
+        out.add(id(op))
+        stack.extend(op.operands)
+        for r in op.regions:
+            stack.extend((r.results[k],) if len(r.results) == len(op.results) else r.results)
+    return out
+
+
+def _use_site(p: Program, op: Op, toward: Callable[[Op], bool] = lambda _: True) -> Op | None:
+    """Where `op`'s value is used: the first op computing from it (past data movement and conversions) at
+    another source line, else the first op using it that has a source line at all (the consumer); only
+    ops `toward` accepts (those on the way to the output that differs)."""
+    line = _line(op)
     frontier = set(op.results)
+    first: Op | None = None
     for other in _ops_in_order(p):
         if any(v in frontier for v in other.operands):
-            if other.loc.frames and not other.regions:
-                return other
+            if other.loc.frames and _computes(other) and toward(other):
+                if _line(other) != line and other.opcode not in _MOVEMENT and other.opcode != "convert":
+                    return other
+                first = first or other
             frontier.update(other.results)
-    return None
+    return first
 
 
 def _foreign_frontier(t: Term, sync: Sync) -> list[Term]:
@@ -112,30 +157,21 @@ def _constant_like(t: Term) -> bool:
     return not any(s.op in ("param", "var") for s in t.walk())
 
 
-def _blame(node: Term, ap: Program, ad: Deriver, sync: Sync, order: dict[int, int]) -> Op | None:
-    """The after op responsible for a frontier term: the op holding it; for a constant lifted from a
+def _blame(node: Term, ap: Program, ad: Deriver, sync: Sync, order: dict[int, int],
+           toward: Callable[[Op], bool]) -> Op | None:
+    """The after op responsible for a frontier term: the op holding it (the first whose value is used on
+    the way to the output, `toward`: one constant may be written twice); for a constant lifted from a
     device-varying value, the first op of that value's chain whose result is already foreign; else the
     op whose term uses it."""
     holders = [op for op in _ops_in_order(ap) if (h := _fact(ad, op)) is not None and h.term is node
                and (_computes(op) or _selects(op, h))]
     if holders:
-        return holders[0]
+        return next((op for op in holders if _use_site(ap, op, toward) is not None), holders[0])
     v = ad.lifted_from.get(node.id)
     if v is not None:
         op = ad.varying_op.get(id(v))
         while op is not None:
-            earlier = None
-            for u in op.operands:
-                g = ad.facts.get(u)
-                if isinstance(g, Varying) and id(g) in ad.varying_op:
-                    lifted = ad.lift(g)
-                    if isinstance(lifted, Holds) and not sync.synced(lifted.term):
-                        earlier = ad.varying_op[id(g)]
-                        break
-                elif isinstance(g, Holds) and not sync.synced(g.term) and _constant_like(g.term):
-                    producer = next((o for o in _ops_in_order(ap) if u in o.results), None)
-                    earlier = producer
-                    break
+            earlier = _foreign_operand(op, ap, ad, sync)
             if earlier is None or earlier is op:
                 return op
             op = earlier
@@ -154,6 +190,28 @@ def _blame(node: Term, ap: Program, ad: Deriver, sync: Sync, order: dict[int, in
     makers = [op for op in _ops_in_order(ap) if _computes(op) and (h := _fact(ad, op)) is not None
               and any(h.term is a for a in node.args)]
     return max(makers, key=lambda o: order[id(o)]) if makers else None
+
+
+def _foreign_operand(op: Op, ap: Program, ad: Deriver, sync: Sync) -> Op | None:
+    """The op making an operand of `op` that is already foreign: a device-varying one first (an offset
+    table, partition-id arithmetic: what partitioning adds, and what a wrong offset is made of), else one
+    built from constants alone (a local iota, the same on every device). A table indexed by the device
+    (`dynamic-slice(table, partition-id)`) is where per-device offsets are written down: the table itself."""
+    if op.opcode in ("dynamic_slice", "gather") and op.operands:
+        g = ad.facts.get(op.operands[0])
+        if isinstance(g, Holds) and not sync.synced(g.term) and _constant_like(g.term):
+            return next((o for o in _ops_in_order(ap) if op.operands[0] in o.results), None)
+    for u in op.operands:
+        g = ad.facts.get(u)
+        if isinstance(g, Varying) and (source := ad.varying_op.get(id(g))) is not None and source.operands:
+            lifted = ad.lift(g)  # (a device-varying scalar is the shard of no tensor: foreign too)
+            if not isinstance(lifted, Holds) or not sync.synced(lifted.term):
+                return source
+    for u in op.operands:
+        g = ad.facts.get(u)
+        if isinstance(g, Holds) and not sync.synced(g.term) and _constant_like(g.term):
+            return next((o for o in _ops_in_order(ap) if u in o.results), None)
+    return None
 
 
 # Ops whose regions are a combiner (a reducer, a comparator), not a body of ops that compute the result.
@@ -176,7 +234,14 @@ def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, 
                       ap: Program, ad: Deriver, sync: Sync) -> Finding:
     """The earliest after op where output `j`'s term leaves the reference's terms (its frontier)."""
     order = {id(op): k for k, op in enumerate(_ops_in_order(ap))}
-    blamed = [(op, n) for n in _foreign_frontier(after_term, sync) if (op := _blame(n, ap, ad, sync, order)) is not None]
+    cone = _cone(ap, j)
+
+    def toward(o: Op) -> bool:
+        """`o` computes part of the output that differs."""
+        return id(o) in cone
+
+    blamed = [(op, n) for n in _foreign_frontier(after_term, sync)
+              if (op := _blame(n, ap, ad, sync, order, toward)) is not None]
     after_op, node = min(blamed, key=lambda b: order[id(b[0])]) if blamed else (None, None)
     # A block of a value the reference computes whole is no difference yet: the after program goes on
     # block by block (online softmax, blockwise scans) in a way the prover does not follow.
@@ -196,9 +261,20 @@ def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, 
         if all(not isinstance(g, Holds) or g.term.id in covered or not g.term.args for g in operands):
             before_op = op
             break
-    if after_op is not None and not after_op.loc.frames:
-        after_op = _first_user_with_source(ap, after_op) or after_op
-    after_site = Site.of(after_op, _describe(_fact(ad, after_op), ap)) if after_op is not None else None
+    after_site: Site | None = None
+    also: tuple[Site, ...] = ()
+    if after_op is not None:
+        # The origin itself, then where its value is used. An HLO constant XLA gave no metadata is still the
+        # instruction to look at (named at the line of its first user that has one); a StableHLO one has
+        # no name a user can find, so its user stands for it.
+        use = _use_site(ap, after_op, toward)
+        if use is not None and not after_op.loc.frames and Site.of(after_op).instruction is None:
+            after_op, use = use, _use_site(ap, use, toward)
+        frame = use.loc.frame if use is not None and not after_op.loc.frames else None
+        after_site = Site.of(after_op, _describe(_fact(ad, after_op), ap), frame)
+        also = (Site.of(use),) if use is not None else ()
+    if before_op is not None and not before_op.loc.frames:  # (a reference constant: where it is used)
+        before_op = _use_site(bp, before_op) or before_op
     before_site = Site.of(before_op, _describe(_fact(bd, before_op), bp)) if before_op is not None else None
     if after_op is not None and blockwise:
         reason = (f"output {j} differs from the reference, and the prover follows the program only up to "
@@ -213,7 +289,7 @@ def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, 
                   f"({after_site.source if after_site else '?'}) on: it has no counterpart there")
     else:
         reason = f"output {j}: could not prove it equal to the reference"
-    return Finding(reason, before_site, after_site)
+    return Finding(reason, before_site, after_site, also)
 
 
 _MOVEMENT = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "concatenate", "copy"})

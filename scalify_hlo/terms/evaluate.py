@@ -16,10 +16,10 @@ import numpy as np
 
 from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.errors import UnsupportedError
-from scalify_hlo.ir.nodes import Attrs, Op, Region, TensorType, Value
+from scalify_hlo.ir.nodes import Attrs, Literal, Op, Region, TensorType, Value
 from scalify_hlo.numeric.kernels import KERNELS
 from scalify_hlo.numeric.machine import Machine
-from scalify_hlo.ops.reducers import OP_OF_REDUCER
+from scalify_hlo.ops.reducers import ARG_REDUCERS, OP_OF_REDUCER, arg_reducer_region
 from scalify_hlo.terms.term import Term, scalar_exact
 
 _REDUCER_OPS = {r.value: op for r, op in OP_OF_REDUCER.items()}  # a term names its reducer by value
@@ -45,17 +45,33 @@ def as_op(t: Term) -> Op:
     if t.op == "reduce":
         reducer = attrs.pop("reducer", computation)
         attrs.pop("index", None)
-        if isinstance(reducer, tuple):  # a general body, as `semantics.region_key` spelled it
+        if reducer in ARG_REDUCERS:  # JAX's argmax/argmin comparator of (values, indices)
+            regions = (arg_reducer_region(str(reducer), t.args[0].type.dtype, t.args[1].type.dtype),)
+            results = tuple(Value(TensorType(t.type.shape, a.type.dtype)) for a in t.args[:2])
+        elif isinstance(reducer, tuple):  # a general body, as `semantics.region_key` spelled it
             k = len(t.args) // 2
             regions = (_region_of(reducer[0], [a.type.dtype for a in t.args[:k]] * 2),)
             results = tuple(Value(TensorType(t.type.shape, a.type.dtype)) for a in t.args[:k])
         else:
             regions = (_reducer_region(str(reducer), t.type.dtype),)
+    elif t.op == "sort" and isinstance(computation, tuple):  # a comparator of (lhs, rhs) per operand
+        attrs.pop("index", None)
+        regions = (_region_of(computation[0], [a.type.dtype for a in t.args for _ in (0, 1)]),)
+        results = tuple(Value(TensorType(t.type.shape, a.type.dtype)) for a in t.args)
+    elif t.op == "top_k":  # (values, indices); the values do not depend on the indices' dtype
+        index = int(attrs.pop("index", 0))
+        results = (Value(TensorType(t.type.shape, t.args[0].type.dtype)),
+                   Value(TensorType(t.type.shape, t.type.dtype if index == 1 else "i32")))
     elif isinstance(computation, str) and computation in _REDUCER_OPS:
         regions = (_reducer_region(computation, t.type.dtype),)
     elif computation is not None:
         raise NotEvaluable(f"{t.op} with a general body")
     return Op(t.op, operands, results, Attrs.of(attrs), regions)
+
+
+# Body ops whose result has the first operand's dtype (select: the second's; compare: i1).
+_SAME_DTYPE = frozenset({"compare", "select", "and", "or", "xor", "not", "add", "subtract", "multiply", "divide",
+                         "maximum", "minimum", "negate", "abs"})
 
 
 def _region_of(key: tuple[Any, ...], arg_types: list[str]) -> Region:
@@ -65,7 +81,13 @@ def _region_of(key: tuple[Any, ...], arg_types: list[str]) -> Region:
     ops: list[Op] = []
     for opcode, operands, attrs in items:
         ins = tuple(values[i] for i in operands)
-        dtype = "i1" if opcode == "compare" else ins[1 if opcode == "select" else 0].tensor.dtype
+        literal = dict(attrs).get("value")
+        if opcode == "constant" and isinstance(literal, Literal):
+            dtype = literal.dtype
+        elif opcode in _SAME_DTYPE and ins:
+            dtype = "i1" if opcode == "compare" else ins[1 if opcode == "select" else 0].tensor.dtype
+        else:  # the result dtype is not read off the key
+            raise NotEvaluable(f"a body with {opcode}")
         r = Value(TensorType((), dtype))
         ops.append(Op(opcode, ins, (r,), Attrs.of(dict(attrs)), ()))
         values.append(r)

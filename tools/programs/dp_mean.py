@@ -6,7 +6,7 @@ the gradient of the global mean loss (the reference: ``train.sgd_step``, and an 
 
 Model and loss: ``train.mlp`` and ``train.mse_loss`` (params replicated, the batch split over "dp" of a
 ``dp x tp`` mesh, "tp" unused). Steps:
-- SGD (``SGD_VARIANTS``): correct; and the gradients pmean'd over the wrong axis ("tp");
+- SGD (``SGD_VARIANTS``): correct; pmean'd over the wrong axis ("tp"); psum'd where pmean belongs (below);
 - optax AdamW (``ADAMW_VARIANTS``): correct (the update takes sqrt of the second moment of the averaged
   gradient); and the local gradients fed to the optimizer without the pmean.
 (psum of the shards' mean gradients, |dp| times too large, is `train.DP_VARIANTS["loss_local_batch"]`.)
@@ -79,7 +79,16 @@ def _adamw_local_grads(params: Params, opt_state: Any, x: jax.Array, y: jax.Arra
     return jax.lax.pmean(loss, "dp"), optax.apply_updates(params, updates), opt_state
 
 
-SGD_VARIANTS: dict[str, Callable[..., Any]] = {"correct": _sgd, "pmean_wrong_axis": _sgd_pmean_wrong_axis}
+def _sgd_psum_not_pmean(params: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, Params]:
+    """A scaling bug: the factor |dp| enters at the collective. (Written after the other variants, so their
+    marked lines stay where their fixtures say.)"""
+    loss, g = jax.value_and_grad(train.mse_loss)(params, x, y)
+    grads = jax.lax.psum(g, "dp")  # BUG: psum of the shards' mean gradients where pmean belongs (|dp| times too large)
+    return jax.lax.pmean(loss, "dp"), train.sgd_update(params, grads, train.TINY.lr)
+
+
+SGD_VARIANTS: dict[str, Callable[..., Any]] = {"correct": _sgd, "pmean_wrong_axis": _sgd_pmean_wrong_axis,
+                                                  "psum_not_pmean": _sgd_psum_not_pmean}
 ADAMW_VARIANTS: dict[str, Callable[..., Any]] = {"correct": _adamw, "local_grads": _adamw_local_grads}
 
 

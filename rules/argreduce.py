@@ -1,0 +1,114 @@
+"""Transfer rules for argmax/argmin over a split dim: block results, gathered, combined again.
+
+`jnp.argmax` is a variadic `reduce` of the values and an iota of indices with JAX's comparator body
+(`ops.reducers.arg_reducer_of`). Along a dim split over mesh axes `A`, XLA's partitioner (and hand-written
+code in its style) reduces each device's block with *global* indices, puts the block result in a new unit
+dim (reshape), all-gathers it over `A` and reduces the gathered blocks with the same body. The body picks
+the better of two (value, index) pairs (ties: the smaller index), a selection, so combining the blocks'
+best pairs gives the best pair of the whole, whatever the grouping, and the init pair taken in again at
+each level changes nothing (a selection is idempotent). Two NaNs tie too: which one wins is the order XLA
+combines them in, which it leaves open in the reference as well (as it does for the order of a sum).
+
+Until the combine no device holds a shard of any global tensor: the steps are tracked as `Blocks` facts
+(facts.py), exact per device. Any other use of a block result is not modelled (`unknown`); a combine that
+does not gather every block, or combines them with another body or init, is evidence of a discrepancy
+(checked by running the programs before it is reported).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scalify_hlo.rules.facts import Blocks, Ctx, Fact, Holds
+
+from scalify_hlo.ir.nodes import Op, TensorType
+from scalify_hlo.layout.mesh import Layout
+from scalify_hlo.ops.attrs import term_attrs
+from scalify_hlo.ops.reducers import arg_reducer_of
+
+
+def block_reduce(ctx: Ctx, op: Op, xs: Sequence[Holds], inits: Sequence[Holds], layout: Layout,
+                 red: tuple[int, ...]) -> tuple[Fact, ...]:
+    """The local reduce of operands laid out as `layout` (already viewed alike) over `red`, some of them
+    split: each device's block result, when the body is JAX's argmax/argmin comparator."""
+    kind = arg_reducer_of(op.regions[0]) if len(op.regions) == 1 else None
+    split = [d for d in red if layout.dims[d]]
+    if kind is None or len(xs) != 2:
+        return tuple(ctx.unsupported(op, "a variadic reduce over a split dim whose body is not JAX's argmax/"
+                                     "argmin comparator") for _ in op.results)
+    if len(split) != 1:
+        return tuple(ctx.unsupported(op, "an argmax/argmin over several split dims") for _ in op.results)
+    (d,) = split
+    axes = layout.dims[d]
+    if xs[0].term.type.shape[d] % ctx.mesh.size_of(axes):
+        # The last blocks would carry padding, which the local reduce would read.
+        return tuple(ctx.unsupported(op, f"an argmax/argmin over the unevenly split dim {d}") for _ in op.results)
+    out_layout = Layout(tuple(a for i, a in enumerate(layout.dims) if i not in red))
+    args = (*(h.term for h in xs), *(h.term for h in inits))
+    shape = tuple(s for i, s in enumerate(args[0].type.shape) if i not in red)
+    whole = tuple(ctx.terms.mk("reduce", args, (*term_attrs(op), ("index", i)), TensorType(shape, r.tensor.dtype))
+                  for i, r in enumerate(op.results))
+    return tuple(Blocks(whole, i, out_layout, axes, kind, tuple(h.term for h in inits), op)
+                 for i in range(len(op.results)))
+
+
+def reshape(ctx: Ctx, op: Op, b: Blocks) -> Fact:
+    """A reshape (or broadcast_in_dim) inserting one unit dim into a block result: the dim that indexes
+    the block."""
+    if b.dim is not None or b.gathered:
+        return ctx.unsupported(op, "a reshape of argmax/argmin block results already given a block dim")
+    local = list(b.layout.local_shape(b.whole[b.index].type.shape, ctx.mesh))
+    out = list(op.result.tensor.shape)
+    places = [p for p in range(len(out)) if out[p] == 1 and out[:p] + out[p + 1:] == local]
+    if op.opcode == "broadcast_in_dim":  # the operand's dims must keep their order around the new one
+        kept = list(op.attrs["broadcast_dimensions"])  # type: ignore[arg-type]
+        places = [p for p in places if kept == [j for j in range(len(out)) if j != p]]
+    elif op.opcode != "reshape":
+        return ctx.unsupported(op, f"{op.opcode} of argmax/argmin block results")
+    if len(places) != 1:  # (next to another unit dim the block dim's place is ambiguous)
+        return ctx.unsupported(op, "a reshape of argmax/argmin block results other than inserting one unit dim")
+    return Blocks(b.whole, b.index, b.layout, b.axes, b.kind, b.inits, b.origin, dim=places[0])
+
+
+def all_gather(ctx: Ctx, op: Op, b: Blocks, axes: tuple[str, ...], dim: int) -> Fact:
+    """An all-gather of block results along their block dim: every device gets every block when it
+    gathers over the axes the blocks are split over (in any order: the combine is a selection)."""
+    if b.dim is None or b.gathered or dim != b.dim:
+        return ctx.unsupported(op, "an all-gather of argmax/argmin block results along another dim than "
+                               "the block's")
+    if set(axes) != set(b.axes):
+        return ctx.fail(op, f"an all-gather over {sorted(axes)} of argmax/argmin block results split over "
+                        f"{sorted(b.axes)}: the combine sees other blocks than the whole dim's", evidence=True,
+                        origin=b.origin, expected=str(sorted(b.axes)), found=str(sorted(axes)))
+    return Blocks(b.whole, b.index, b.layout, b.axes, b.kind, b.inits, b.origin, dim=b.dim, gathered=True)
+
+
+def combine(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """A variadic reduce reading block results: the global argmax/argmin when it reduces exactly the
+    gathered block dim of both outputs of one block reduce, with the same body and inits."""
+    k = len(op.results)
+    xs, inits = facts[:k], facts[k:]
+    red = tuple(op.attrs["dimensions"])  # type: ignore[arg-type]
+    first = xs[0]
+    if not isinstance(first, Blocks) or not all(isinstance(x, Blocks) for x in xs):
+        return tuple(ctx.unsupported(op, "a variadic reduce of argmax/argmin block results and other values")
+                     for _ in op.results)
+    blocks = [x for x in xs if isinstance(x, Blocks)]
+    if not all(b.gathered for b in blocks):
+        return tuple(ctx.unsupported(op, "a reduce of argmax/argmin block results not gathered along their "
+                                     "block dim") for _ in op.results)
+    same = all(b.whole == first.whole and b.dim == first.dim for b in blocks)
+    if not same or [b.index for b in blocks] != list(range(len(first.whole))) or red != (first.dim,):
+        return tuple(ctx.fail(op, "a reduce of argmax/argmin block results that is not the combine of one "
+                              "block reduce's values and indices over the block dim", evidence=True,
+                              origin=first.origin) for _ in op.results)
+    kind = arg_reducer_of(op.regions[0]) if len(op.regions) == 1 else None
+    lifted = [ctx.lift(f) for f in inits]
+    init_terms = tuple(f.term if isinstance(f, Holds) and not f.layout.split_axes() and not f.layout.partial
+                       else None for f in lifted)
+    if kind != first.kind or init_terms != first.inits:
+        found = kind or "another body"
+        return tuple(ctx.fail(op, f"{first.kind} block results combined by {found} or with other initial "
+                              "values", evidence=True, origin=first.origin, expected=first.kind, found=found)
+                     for _ in op.results)
+    return tuple(Holds(t, first.layout) for t in first.whole)

@@ -1,0 +1,157 @@
+"""Ops real programs contain beyond matmuls and collectives (issue 14, op coverage): argmax, pooling, cumsum.
+
+Each pair is a plain jnp reference and either a shard_map body (one device's view) or the same function
+partitioned by XLA (``jax.jit`` with shardings). The correct ones must come out `equivalent`; their buggy
+twins (a ``# BUG:`` line) `discrepancy` at that line:
+
+- ``jnp.argmax`` lowers to a variadic ``reduce`` of the values and an iota of indices with a comparator
+  body. Along a dim whole on every device it runs shard by shard; along a split dim XLA reduces each
+  device's block (with global indices) and combines the gathered block results with the same body;
+- ``reduce_window``: average and max pooling over the spatial dims of a batch-split NHWC tensor, and
+  ``jnp.cumsum`` along a dim whole on every device (a window as long as the dim, padded in front).
+
+The mesh is 8 devices on "x" (or 2 x 4 with axes "dp", "tp").
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+N = 8
+MESH_2D = (2, 4)
+
+
+# ------------------------------------------------------------------------------------- argmax / argmin
+
+
+def argmax_rows_ref(x: jax.Array) -> jax.Array:
+    return jnp.argmax(x, axis=1)
+
+
+def argmin_rows_ref(x: jax.Array) -> jax.Array:
+    return jnp.argmin(x, axis=1)
+
+
+def argmax_rows_body(x: jax.Array) -> jax.Array:
+    """Rows split, the reduced dim whole on every device: the local argmax is the global one."""
+    return jnp.argmax(x, axis=1)
+
+
+def argmax_rows_argmin_body(x: jax.Array) -> jax.Array:
+    return jnp.argmin(x, axis=1)  # BUG: argmin where the reference takes argmax
+
+
+def argmax_cols_ref(x: jax.Array) -> jax.Array:
+    """Top-1 over a vocab-like dim; partitioned by XLA with that dim split over "tp"."""
+    return jnp.argmax(x, axis=1)
+
+
+def argmin_cols_ref(x: jax.Array) -> jax.Array:
+    return jnp.argmin(x, axis=1)
+
+
+def _argmax_pick(a: tuple[jax.Array, jax.Array], b: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    """JAX's argmax comparator: the larger value (NaN first), on ties the smaller index."""
+    (av, ai), (bv, bi) = a, b
+    pick = (av > bv) | (av != av)
+    pick_index = pick | ((av == bv) & (ai < bi))
+    return lax.select(pick, av, bv), lax.select(pick_index, ai, bi)
+
+
+def _best(values: jax.Array, ids: jax.Array, axis: int) -> tuple[jax.Array, jax.Array]:
+    inits = (jnp.array(-jnp.inf, values.dtype), jnp.array(0, ids.dtype))
+    return lax.reduce((values, ids), inits, _argmax_pick, (axis,))  # type: ignore[no-any-return]
+
+
+def argmax_split_body(x: jax.Array) -> jax.Array:
+    """The reduced dim split over "x": each device's best (value, global index), gathered and reduced again
+    (the partitioner's scheme, by hand)."""
+    ids = lax.broadcasted_iota(jnp.int32, x.shape, 1) + lax.axis_index("x") * x.shape[1]
+    v, i = _best(x, ids, 1)
+    return _best(lax.all_gather(v, "x", axis=1), lax.all_gather(i, "x", axis=1), 1)[1]
+
+
+def argmax_split_local_ids_body(x: jax.Array) -> jax.Array:
+    ids = lax.broadcasted_iota(jnp.int32, x.shape, 1)  # BUG: local indices, the shard offset is missing
+    v, i = _best(x, ids, 1)
+    return _best(lax.all_gather(v, "x", axis=1), lax.all_gather(i, "x", axis=1), 1)[1]
+
+
+# ----------------------------------------------------------------------------- reduce_window: pooling
+
+
+def avg_pool_ref(x: jax.Array) -> jax.Array:
+    """2 x 2 average pooling, stride 2, over H and W of NHWC."""
+    return lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") / 4.0
+
+
+def avg_pool_body(x: jax.Array) -> jax.Array:
+    return lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") / 4.0
+
+
+def avg_pool_max_body(x: jax.Array) -> jax.Array:
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") / 4.0  # BUG: max, not add
+
+
+def max_pool_ref(x: jax.Array) -> jax.Array:
+    """3 x 3 max pooling, stride 1, 'SAME' padding (one row/column each side)."""
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 1, 1, 1), ((0, 0), (1, 1), (1, 1), (0, 0)))
+
+
+def max_pool_body(x: jax.Array) -> jax.Array:
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 1, 1, 1), ((0, 0), (1, 1), (1, 1), (0, 0)))
+
+
+def max_pool_shifted_body(x: jax.Array) -> jax.Array:
+    pads = ((0, 0), (0, 2), (0, 2), (0, 0))
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 1, 1, 1), pads)  # BUG: window not centred
+
+
+# ------------------------------------------------------------------------------ reduce_window: cumsum
+
+
+def cumsum_cols_ref(x: jax.Array) -> jax.Array:
+    return jnp.cumsum(x, axis=1)
+
+
+def cumsum_cols_body(x: jax.Array) -> jax.Array:
+    """Rows split, the summed dim whole on every device."""
+    return jnp.cumsum(x, axis=1)
+
+
+def cumsum_cols_reversed_body(x: jax.Array) -> jax.Array:
+    return lax.cumsum(x, axis=1, reverse=True)  # BUG: a suffix sum where the reference takes prefix sums
+
+
+# --------------------------------------------------------------------------------------- sort / top_k
+
+
+def sort_cols_ref(x: jax.Array) -> jax.Array:
+    return jnp.sort(x, axis=1)
+
+
+def sort_cols_body(x: jax.Array) -> jax.Array:
+    """Rows split, each row sorted whole on its device."""
+    return jnp.sort(x, axis=1)
+
+
+def sort_cols_descending_body(x: jax.Array) -> jax.Array:
+    return -jnp.sort(-x, axis=1)  # BUG: descending where the reference sorts ascending
+
+
+def top_k_ref(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    values, ids = lax.top_k(x, 4)
+    return values, ids
+
+
+def top_k_body(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Rows split, the top 4 of each whole row (indices are positions in the row)."""
+    values, ids = lax.top_k(x, 4)
+    return values, ids
+
+
+def top_k_smallest_body(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    values, ids = lax.top_k(-x, 4)  # BUG: the 4 smallest, not the 4 largest
+    return -values, ids
