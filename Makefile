@@ -41,7 +41,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist loadgroup
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow -n auto --dist loadgroup
 
 # The suite on the newest jax/jaxlib/egglog (Python 3.12). A machine without Python 3.12 skips it (exit 0).
 test-newest:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
 from scalify_hlo.ir.inline import inline
 from scalify_hlo.ir.nodes import Func, Literal, Module, Op, Region, Value
@@ -136,16 +137,21 @@ def as_func(module: Module) -> Func:
     return module.funcs[module.entry]
 
 
+# `make test` checks every fourth mutation site; `make test-slow` all of them.
+SWEEP = [pytest.param(4, id="sampled"), pytest.param(1, id="every_site", marks=pytest.mark.slow)]
+
+
 def every_mutant_checked(before: Module, after: Module, verify: Callable[[Module, Module], str],
-                         seeds: tuple[int, ...] = (0, 1)) -> dict[str, int]:
-    """Every single-op mutation of `after` (each seed), verified; whatever is `equivalent` must agree with
-    the numeric oracle on random inputs. Returns how many mutants got each verdict."""
+                         seeds: tuple[int, ...] = (0, 1), stride: int = 1) -> dict[str, int]:
+    """Every single-op mutation of `after` (each seed; every `stride`-th site of each kind), verified;
+    whatever is `equivalent` must agree with the numeric oracle on random inputs. Returns how many mutants
+    got each verdict."""
     from scalify_hlo.numeric import machine as numeric
     from scalify_hlo.numeric import trials
 
     seen: dict[str, int] = {}
     for kind in KINDS:
-        for index in range(len(sites(after, kind))):
+        for index in range(0, len(sites(after, kind)), stride):
             for seed in seeds:
                 mutant = mutate(after, kind, index, np.random.default_rng(seed))
                 if mutant is None:
