@@ -355,27 +355,28 @@ def run_pair(before: Module, after: Module, inputs: Sequence[np.ndarray]) -> tup
     if len(before.meshes) == 1:
         named = mesh_from_sdy(before.meshes[0][1])
         mesh = named if named.size == mesh.size else mesh
-    f = after.main
-    declared = entry_layouts(f.arg_attrs, f.params, mesh)
-    try:
-        hinted = entry_layouts(before.main.arg_attrs, before.main.params, mesh)
-    except ShardingError:
-        hinted = [None] * len(declared)
-    ins: list[Layout] = []
-    for i, (d, h, x, v) in enumerate(zip(declared, hinted, inputs, f.params, strict=True)):
-        if d is None and h is None and v.tensor.shape != np.shape(x):
-            raise ShardingError(None, f"{after.path}: parameter {i} is a {list(v.tensor.shape)} shard of a "
-                                f"{list(np.shape(x))} value and neither program says how it is split")
-        ins.append(d or h or Layout.replicated(np.ndim(x)))
-    declared = entry_layouts(f.result_attrs, f.outputs, mesh)
-    try:
-        hinted = entry_layouts(before.main.result_attrs, before.main.outputs, mesh)
-    except ShardingError:
-        hinted = [None] * len(declared)
-    outs: list[Layout] = []
-    for i, (d, h, r, v) in enumerate(zip(declared, hinted, ref, f.outputs, strict=True)):
-        if d is None and h is None and v.tensor.shape != r.shape:
-            raise ShardingError(None, f"{after.path}: result {i} is a {list(v.tensor.shape)} shard of a "
-                                f"{list(r.shape)} value and neither program says how it is split")
-        outs.append(d or h or Layout.replicated(r.ndim))
+    f, b = after.main, before.main
+    ins = _boundary_layouts(after, "parameter", f.arg_attrs, f.params, b.arg_attrs, b.params,
+                            [np.shape(x) for x in inputs], mesh)
+    outs = _boundary_layouts(after, "result", f.result_attrs, f.outputs, b.result_attrs, b.outputs,
+                             [r.shape for r in ref], mesh)
     return ref, run_after(after, inputs, mesh, in_layouts=ins, out_layouts=outs, out_shapes=[r.shape for r in ref])
+
+
+def _boundary_layouts(after: Module, what: str, attrs: Sequence[Any], values: Sequence[Value],
+                      ref_attrs: Sequence[Any], ref_values: Sequence[Value], shapes: Sequence[tuple[int, ...]],
+                      mesh: Mesh) -> list[Layout]:
+    """The layouts of the after program's parameters or results: declared, else the reference's sharding
+    hints, else replicated when the local shape is the global one."""
+    declared = entry_layouts(attrs, values, mesh)
+    try:
+        hinted = entry_layouts(ref_attrs, ref_values, mesh)
+    except ShardingError:
+        hinted = [None] * len(declared)
+    out: list[Layout] = []
+    for i, (d, h, shape, v) in enumerate(zip(declared, hinted, shapes, values, strict=True)):
+        if d is None and h is None and v.tensor.shape != tuple(shape):
+            raise ShardingError(None, f"{after.path}: {what} {i} is a {list(v.tensor.shape)} shard of a "
+                                f"{list(shape)} value and neither program says how it is split")
+        out.append(d or h or Layout.replicated(len(shape)))
+    return out
