@@ -95,14 +95,14 @@ def run_ops(cases: list[Deriver], ops: Sequence[Op], along: Along, budget: list[
         if op.opcode in ("case", "if") and _branched(cases, op, along, budget):
             continue
         combine = along(op)
-        if combine is None and op.regions and any(along(inner) is not None for r in op.regions
-                                                  for inner in walk(r.ops)):
-            # A body (a loop not unrolled, ...) holding a collective that combines the cases: each case
-            # alone would read it with the ordinary rule, as if its value were every coordinate's.
+        if combine is None and _combines_cases(op, along):
+            # A body (a loop not unrolled, branches the cases disagree on) holding a collective that
+            # combines the cases: each case alone would read it with the ordinary rule, as if its value
+            # were every coordinate's.
             for sub in cases:
                 sub.facts.update((v, sub.ctx.unsupported(op, "a body holding a collective that combines the "
-                                                         "cases of a split, not run iteration by iteration"))
-                                 for v in op.results)
+                                                         "cases of a split, where the cases take other "
+                                                         "iterations or branches")) for v in op.results)
             continue
         if combine is None:
             for sub in cases:
@@ -113,22 +113,21 @@ def run_ops(cases: list[Deriver], ops: Sequence[Op], along: Along, budget: list[
                 sub.facts[v] = f
 
 
+def _combines_cases(op: Op, along: Along) -> bool:
+    """Whether a body of `op` holds a collective that combines the cases of the split."""
+    return any(along(inner) is not None for r in op.regions for inner in walk(r.ops))
+
+
 def _branched(cases: list[Deriver], op: Op, along: Along, budget: list[int] | None) -> bool:
     """A conditional in a case split. When every case folds its index to the same branch, that branch's
-    ops run like any others (its collectives combining the cases). Otherwise a branch holding a collective
-    that combines the cases cannot be derived case by case (each case would read it as its own): its
-    results are unknown. False (each case derives the conditional alone) for the rest."""
+    ops run like any others (its collectives combining the cases). False otherwise (`run_ops` then leaves
+    it unknown if a branch combines the cases, else each case derives the conditional alone)."""
     values = {branches.index_value(sub, op, sub.facts[op.operands[0]]) for sub in cases}
     if len(values) == 1 and (value := values.pop()) is not None:
         region = branches.ordered(op)[branches.taken(op, value)]
         run_ops(cases, region.ops, along, budget)
         for sub in cases:
             sub.facts.update(zip(op.results, [sub.facts[v] for v in region.results], strict=True))
-        return True
-    if any(along(inner) is not None for r in op.regions for inner in walk(r.ops)):
-        for sub in cases:
-            sub.facts.update((v, sub.ctx.unsupported(op, "a branch index that differs between the cases of a "
-                                                     "split, around a collective")) for v in op.results)
         return True
     return False
 
