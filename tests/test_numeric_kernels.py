@@ -141,12 +141,13 @@ def test_kernels_match_xla(name: str) -> None:
 
 
 def test_every_kernel_is_registered_alphabetically() -> None:
-    from scalify_hlo.numeric import kernels
     from scalify_hlo.numeric.kernels import KERNELS
     from scalify_hlo.ops.elementwise import ELEMENTWISE
+    from scalify_hlo.ops.registry import OPS
 
-    for table in (kernels._OWN, ELEMENTWISE):
-        assert list(table) == sorted(table)
+    written = list(OPS)[len([e for e in ELEMENTWISE.values() if e.fn is not None]):]
+    for table in (written, list(ELEMENTWISE)):
+        assert table == sorted(table)
     assert {name for name, e in ELEMENTWISE.items() if e.fn is not None} <= set(KERNELS)
     assert {"add", "dot_general", "all_reduce", "while", "scatter", "manual_computation"} <= set(KERNELS)
 

@@ -10,7 +10,7 @@ jaxlibs, so that the table is the same whichever supported jaxlib generates it),
 custom-call target in `CUSTOM_CALL_TARGETS` or known to the numeric kernel or the transfer hook.
 
 Each column is read from the code that decides it: `parse` from the dialect prefixes the MLIR reader
-accepts (`parsers/stablehlo.py`), `numeric` from `numeric.kernels.KERNELS`, `layout` from
+accepts (`parsers/stablehlo.py`), `numeric` from the records' kernels in `ops.registry.OPS`, `layout` from
 `ops.registry.OPS`, the derivation's hooks (`prove.derive.Deriver.hooks`) and the ops `ir.inline`
 inlines, `rules` from the typed constructors of `rules/algebra.py`, `fixture` from the ops in the
 programs of `tests/fixtures/*/` (read through jaxlib, HLO text through XLA's converter). Custom-call
@@ -285,8 +285,9 @@ def knowledge() -> Knowledge:
         layout[opcode] = "ir.inline (inlined)"
     for opcode in sorted(inline._PASS_THROUGH):
         layout[opcode] = "ir.inline (passes its operand on)"
-    for opcode, sem in OPS.items():
-        layout[opcode] = _name(sem.transfer)
+    for opcode, info in OPS.items():
+        if info.transfer is not None:
+            layout[opcode] = _name(info.transfer)
     hooks = Deriver(Terms(), Mesh(())).hooks  # checked before OPS by Deriver.op
     for opcode, hook in hooks.items():
         layout[opcode] = _name(hook) + " (hook)"
@@ -475,7 +476,7 @@ jaxlibs (`EXTRA_OPS` in the tool); and the custom-call targets XLA and JAX emit 
   `structural` (read by the parser itself), `unsupported: <why>`. A non-stablehlo op whose opcode is also
   a stablehlo op's, with other attributes, *collides*: the stablehlo op's kernel and rule would misread it.
 - **parse**: the MLIR reader accepts it (every op of the dialects above; ops of newer jaxlibs there only).
-- **numeric**: `scalify_hlo.numeric.kernels.KERNELS` has a kernel for the opcode (custom calls: for the
+- **numeric**: the op's record in `scalify_hlo.ops.registry.OPS` names a kernel for the opcode (custom calls: for the
   target), so the interpreter and counterexample search can run it.
 - **layout**: the transfer rule that carries sharding facts through the op: `scalify_hlo.ops.registry.OPS`,
   a hook of `prove.derive.Deriver`, or inlining by `ir.inline` (custom calls: `identity` when passed

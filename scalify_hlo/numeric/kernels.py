@@ -1,32 +1,31 @@
-"""NumPy kernels of the numeric interpreter: one registry, `KERNELS`, one entry per opcode.
+"""NumPy kernels of the numeric interpreter, and `KERNELS`: opcode → kernel, as the op registry fills it.
 
 A kernel takes the machine, the op and its operand values and returns the result values. Every array has
-a leading device axis (`[D, *shape]`, see `numeric.py`), so dimension numbers are shifted by one and a
-per-device scalar is a `[D]` array. The ~50 elementwise ops share one generic kernel specialised with
-`functools.partial` (as JAX's lowering registry does): operands are widened to their compute dtype
+a leading device axis (`[D, *shape]`, see `numeric/machine.py`), so dimension numbers are shifted by one
+and a per-device scalar is a `[D]` array. The ~50 elementwise ops share one generic kernel specialised
+with `functools.partial` (as JAX's lowering registry does): operands are widened to their compute dtype
 (float32 for bf16/f16, like XLA CPU), the NumPy function runs, the result is rounded to the result type.
 Integer semantics follow XLA: arithmetic wraps, division truncates toward zero, x/0 = -1 (unsigned: all
 ones), x%0 = x, oversized shifts give 0 (arithmetic right shift: the sign), float→int converts saturate
-with NaN → 0. Shape ops, dots and control flow live in `kernels_shape.py`, gather/scatter/sort/reduce in
-`kernels_index.py`, collectives in `kernels_collective.py`; this module holds the elementwise kernels.
+with NaN → 0. This module holds the elementwise kernels and those of the elementwise rows computed from
+attributes (compare, convert, bitcasts, reduce_precision); shape ops, dots and control flow live in
+`kernels_shape.py`, gather/scatter/sort/reduce in `kernels_index.py`, collectives in
+`kernels_collective.py`. Which opcode runs which kernel is written once, in the op registry's records.
 """
-
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
 from scalify_hlo.ir.dtypes import is_low_float, widen
 from scalify_hlo.ir.nodes import Op
-from scalify_hlo.numeric import kernels_collective as C
 from scalify_hlo.numeric import kernels_index as X
-from scalify_hlo.numeric import kernels_shape as S
 from scalify_hlo.numeric.kernels_index import int_attr as _ints
 from scalify_hlo.numeric.values import Val, as_array, dtype_of
-from scalify_hlo.ops.elementwise import ELEMENTWISE, signed, unsigned
+from scalify_hlo.ops.elementwise import signed, unsigned
 
 if TYPE_CHECKING:
     from scalify_hlo.numeric.machine import Machine
@@ -57,7 +56,7 @@ _DIRECTIONS: dict[str, Callable[..., Any]] = {
 }
 
 
-def _compare(m: Machine, op: Op, args: list[Val]) -> list[Val]:
+def compare(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     x, y = widen(as_array(args[0])), widen(as_array(args[1]))
     kind = str(op.attrs.get("compare_type", ""))
     if kind == "TOTALORDER" and x.dtype.kind == "f":
@@ -85,17 +84,17 @@ def convert_array(x: np.ndarray, out: np.dtype[Any]) -> np.ndarray:
     return x.astype(out)
 
 
-def _convert(m: Machine, op: Op, args: list[Val]) -> list[Val]:
+def convert(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     with np.errstate(all="ignore"):
         return [convert_array(as_array(args[0]), dtype_of(op.results[0]))]
 
 
-def _bitcast_convert(m: Machine, op: Op, args: list[Val]) -> list[Val]:
+def bitcast_convert(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     x = np.ascontiguousarray(as_array(args[0]))
     return [x.view(dtype_of(op.results[0])).reshape((x.shape[0], *_shape(op)))]
 
 
-def _bitcast(m: Machine, op: Op, args: list[Val]) -> list[Val]:
+def bitcast(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     """HLO `bitcast`: a reinterpretation of the physical buffer, so layouts (minor→major) matter."""
     x = as_array(args[0])
     out_shape = _shape(op)
@@ -111,7 +110,7 @@ def _bitcast(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     return [y if y.dtype == out else np.ascontiguousarray(y).view(out)]
 
 
-def _reduce_precision(m: Machine, op: Op, args: list[Val]) -> list[Val]:
+def reduce_precision(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     """Round to `mantissa_bits`/`exponent_bits` (nearest even, overflow → inf, underflow → 0), as XLA."""
     x = as_array(args[0])
     f = widen(x)
@@ -135,75 +134,22 @@ def _reduce_precision(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     return [y.astype(x.dtype)]
 
 
+def elementwise(fn: Callable[..., Any]) -> Kernel:
+    """The kernel of an elementwise op whose meaning is the NumPy function `fn` (a row of ops/elementwise.py)."""
+    return functools.partial(_elementwise, fn)
 
 
-# The kernels written out here, alphabetical; the elementwise ones come from ops/elementwise.py.
-_OWN: dict[str, Kernel] = {
-    "after_all": S.token,
-    "all_gather": C.all_gather,
-    "all_gather_done": S.identity,
-    "all_gather_start": C.all_gather,
-    "all_reduce": C.all_reduce,
-    "all_reduce_done": S.identity,
-    "all_reduce_start": C.all_reduce,
-    "all_to_all": C.all_to_all,
-    "async_done": C.async_done,
-    "async_start": C.async_start,
-    "async_update": S.identity,
-    "bitcast": _bitcast,
-    "bitcast_convert": _bitcast_convert,
-    "broadcast": S.broadcast,
-    "broadcast_in_dim": S.broadcast_in_dim,
-    "call": S.call,
-    "case": S.case,
-    "collective_broadcast": C.collective_broadcast,
-    "collective_permute": C.collective_permute,
-    "collective_permute_done": S.identity,
-    "collective_permute_start": C.collective_permute,
-    "compare": _compare,
-    "composite": S.composite,
-    "concatenate": S.concatenate,
-    "constant": S.constant,
-    "convert": _convert,
-    "copy": S.identity,
-    "create_token": S.token,
-    "custom_call": S.custom_call,
-    "domain": S.identity,
-    "dot": S.dot,
-    "dot_general": S.dot_general,
-    "dynamic_slice": X.dynamic_slice,
-    "dynamic_update_slice": X.dynamic_update_slice,
-    "fusion": S.region,
-    "gather": X.gather,
-    "get_dimension_size": S.get_dimension_size,
-    "get_tuple_element": S.get_tuple_element,
-    "if": S.if_,
-    "iota": S.iota,
-    "manual_computation": S.manual,
-    "map": X.map_,
-    "optimization_barrier": S.identity,
-    "pad": S.pad,
-    "partition_id": S.partition_id,
-    "reduce": X.reduce,
-    "reduce_precision": _reduce_precision,
-    "reduce_scatter": C.reduce_scatter,
-    "reduce_window": X.reduce_window,
-    "replica_id": S.replica_id,
-    "reshape": S.reshape,
-    "reshard": S.identity,
-    "reverse": S.reverse,
-    "scatter": X.scatter,
-    "select_and_scatter": X.select_and_scatter,
-    "sharding_constraint": S.identity,
-    "slice": S.slice_,
-    "sort": X.sort,
-    "top_k": X.top_k,
-    "transpose": S.transpose,
-    "tuple": S.tuple_,
-    "while": S.while_,
-}
+# Filled by the op registry (`ops/registry.py`), whose one record per op names its kernel, as JAX's
+# `mlir.register_lowering` fills the lowering table from the module that defines each primitive.
+KERNELS: dict[str, Kernel] = {}
 
-KERNELS: dict[str, Kernel] = {
-    **{name: functools.partial(_elementwise, e.fn) for name, e in ELEMENTWISE.items() if e.fn is not None},
-    **_OWN,
-}
+
+def register(kernels: Mapping[str, Kernel]) -> None:
+    KERNELS.update(kernels)
+
+
+def kernel_of(opcode: str) -> Kernel | None:
+    """The numeric kernel of `opcode`, None when the interpreter has none."""
+    if not KERNELS:
+        raise RuntimeError("no numeric kernels registered: import scalify_hlo.ops.registry first")
+    return KERNELS.get(opcode)

@@ -29,7 +29,7 @@ from scalify_hlo.layout import boundary
 from scalify_hlo.layout.mesh import Layout, Mesh, Reducer, infer_mesh, mesh_axes_of
 from scalify_hlo.layout.program import manual_layouts, module_mesh, sharding_of
 from scalify_hlo.layout.sharding import Tiled, layout_of, mesh_from_sdy
-from scalify_hlo.numeric.kernels import KERNELS
+from scalify_hlo.numeric.kernels import kernel_of
 from scalify_hlo.numeric.values import NumericUnsupported, Val, as_array, dtype_of, np_dtype
 
 # ---------------------------------------------------------------------------------------- interpreter
@@ -128,7 +128,7 @@ class Machine:
         return [np.broadcast_to(whole, (self.devices, *whole.shape))]
 
     def _exec(self, op: Op) -> None:
-        kernel = KERNELS.get(op.opcode)
+        kernel = kernel_of(op.opcode)
         if kernel is None:
             raise NumericUnsupported(op, "no numeric kernel for this opcode")
         try:

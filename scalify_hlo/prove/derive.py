@@ -20,7 +20,7 @@ from scalify_hlo.ir.nodes import Op, Region, TensorType, Value, walk
 from scalify_hlo.layout import boundary as layout_boundary
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.layout.program import manual_layouts
-from scalify_hlo.numeric.kernels import KERNELS
+from scalify_hlo.numeric.kernels import kernel_of
 from scalify_hlo.numeric.machine import Machine, NumericUnsupported, assemble, shard
 from scalify_hlo.ops.attrs import region_key, term_attrs
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
@@ -120,8 +120,8 @@ class Deriver:
             out = steps
         elif op.opcode in self.hooks:
             out = self.hooks[op.opcode](self, op, facts)
-        elif (sem := OPS.get(op.opcode)) is not None:
-            out = sem.transfer(self.ctx, op, facts)
+        elif (info := OPS.get(op.opcode)) is not None and info.transfer is not None:
+            out = info.transfer(self.ctx, op, facts)
         else:
             out = tuple(self.ctx.unsupported(op, "no transfer rule for this op") for _ in op.results)
         if len(out) != len(op.results):
@@ -174,7 +174,7 @@ class Deriver:
                 arrays.append(np.broadcast_to(folded, (n, *folded.shape)))
             else:
                 return None
-        kernel = KERNELS.get(op.opcode)
+        kernel = kernel_of(op.opcode)
         if kernel is None:
             return None
         try:

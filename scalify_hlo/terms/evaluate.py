@@ -1,6 +1,6 @@
 """Numeric evaluation of terms: constant folding for index arithmetic, and counterexamples.
 
-A term is evaluated with the interpreter's kernels (`kernels.KERNELS`) on a single device, by dressing
+A term is evaluated with the interpreter's kernels (`numeric.kernels`) on a single device, by dressing
 each node as the op it stands for. Used to fold small constant terms (shard-offset tables, iotas) and to
 evaluate the two sides of an unproven equality on random inputs. A `loop` term (`derive.loop_term`) runs
 its iterations, its condition and bodies evaluated with its variables bound, within a budget of iterations
@@ -17,7 +17,7 @@ import numpy as np
 from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.errors import UnsupportedError
 from scalify_hlo.ir.nodes import Attrs, Literal, Op, Region, TensorType, Value
-from scalify_hlo.numeric.kernels import KERNELS
+from scalify_hlo.numeric.kernels import kernel_of
 from scalify_hlo.numeric.machine import Machine
 from scalify_hlo.ops.reducers import ARG_REDUCERS, OP_OF_REDUCER, arg_reducer_region
 from scalify_hlo.terms.term import Term, scalar_exact
@@ -106,7 +106,6 @@ def evaluate(root: Term, env: Mapping[int, np.ndarray], max_trips: int = LOOP_TR
 
 class _Evaluation:
     def __init__(self, env: dict[int, np.ndarray], max_trips: int) -> None:
-        self.kernels = KERNELS
         self.machine = Machine(None, 1)
         self.trips = max_trips
         self.ops: dict[int, Op] = {}  # term id -> the op it stands for (a loop body runs its terms again)
@@ -169,7 +168,7 @@ class _Evaluation:
             k = int(np.asarray(args[0]).reshape(-1)[0])
             n = len(args) - 1
             return args[1 + (k if 0 <= k < n else n - 1)]
-        kernel = self.kernels.get(t.op)
+        kernel = kernel_of(t.op)
         if kernel is None:
             raise NotEvaluable(f"no kernel for {t.op}")
         op = self.ops.get(t.id)
