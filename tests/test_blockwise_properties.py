@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalify_hlo.ir.nodes import DotDims, TensorType
-from scalify_hlo.terms.blockwise import Normaliser, equal
+from scalify_hlo.terms.block_equality import equal
+from scalify_hlo.terms.blockwise import Normaliser
 from scalify_hlo.terms.evaluate import evaluate
 from scalify_hlo.terms.pushing import push_slice, push_take
 from scalify_hlo.terms.slicing import slice_of

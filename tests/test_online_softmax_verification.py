@@ -15,7 +15,8 @@ from mutations import SWEEP, every_mutant_checked
 from scalify_hlo import parsers
 from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
 from scalify_hlo.prove.engine import prove
-from scalify_hlo.terms.blockwise import Normaliser, equal
+from scalify_hlo.terms.block_equality import equal
+from scalify_hlo.terms.blockwise import Normaliser
 from scalify_hlo.terms.pushing import push_slice
 from scalify_hlo.terms.slicing import slice_of
 from scalify_hlo.terms.table import Terms

@@ -40,7 +40,7 @@ from scalify_hlo.report.verdicts import (
     Unknown,
 )
 from scalify_hlo.rules.facts import Fact, Failed, Holds, Varying, view
-from scalify_hlo.terms import blockwise
+from scalify_hlo.terms import block_equality, blockwise
 from scalify_hlo.terms.evaluate import NotEvaluable, evaluate
 from scalify_hlo.terms.joins import is_constant
 from scalify_hlo.terms.ranges import dtype_bounds
@@ -429,7 +429,7 @@ class _Prover:
         return {names[k]: v for k, v in self.opts.assume.items() if k in names}
 
     def _blockwise(self, term: Term, bt: Term, norm: blockwise.Normaliser) -> bool:
-        if not blockwise.equal(self.terms, term, bt, norm):
+        if not block_equality.equal(self.terms, term, bt, norm):
             return False
         seen: set[int] = set()
         used = [t for root in (term, bt) for t in root.walk(seen)]

@@ -18,11 +18,8 @@ are exact over the reals for finite values, such a term becomes the reduction ov
 Under a commutative reduction blocks may be put in any order; they are sorted by where they come from
 (the offset of the slice they read), which puts a ring's rotated blocks back in sequence.
 
-This is a fallback for outputs the ordinary proof leaves open. `equal` compares an after term with the
-reference's: equal normal forms; or, where the after term concatenates blocks (one per case of a case
-split, one per expert block an all_to_all brought back), each block against that block of the reference
-(`pushing.push_slice`, `push_take`); or the same op on operands equal in turn (congruence). It never
-makes two different values equal; when it cannot decide it says not proven.
+This is a fallback for outputs the ordinary proof leaves open; `block_equality.equal` compares an after
+term with the reference's under this normal form.
 """
 
 from __future__ import annotations
@@ -36,13 +33,12 @@ import numpy as np
 from scalify_hlo.ir.nodes import DotDims, TensorType
 from scalify_hlo.ops.elementwise import SHAPE_PRESERVING
 from scalify_hlo.terms.joins import Joins, as_broadcast, block_order, broadcast, follow_dim, is_constant
-from scalify_hlo.terms.pushing import FOLD_LIMIT, constant_value, folded, push_slice, squeeze_units
+from scalify_hlo.terms.pushing import FOLD_LIMIT, constant_value, folded, push_slice
 from scalify_hlo.terms.slicing import window_along
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import AttrKey, Term, scalar_value
 
 FUEL = 200_000  # rewrites per comparison, then the answer is "not proven"
-DEPTH = 64  # nested block splits and congruence steps per comparison
 _LOWEST = {"f16": float(np.finfo(np.float16).min), "bf16": -3.3895313892515355e38,
            "f32": float(np.finfo(np.float32).min), "f64": float(np.finfo(np.float64).min)}
 
@@ -53,73 +49,6 @@ class _OutOfFuel(Exception):
 
 # Out of fuel or depth, or a shape this module does not expect: not proven (never a wrong "equal").
 GAVE_UP = (_OutOfFuel, RecursionError, ValueError, IndexError, KeyError, TypeError)
-
-
-def equal(terms: Terms, after: Term, before: Term, norm: Normaliser | None = None) -> bool:
-    """Whether the two terms are equal by the identities above. `after` may be built from blocks that
-    `before` computes at once (one per coordinate of a case split, or per expert block): where `after`
-    concatenates blocks, each block is compared with that block of `before` (`pushing.push_slice`)."""
-    norm = Normaliser(terms) if norm is None else norm
-    try:
-        return _equal(terms, norm, after, before, DEPTH)
-    except GAVE_UP:
-        return False
-
-
-def _equal(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bool:
-    key = (a.id, b.id)
-    known = norm.compared.get(key)
-    if known is None:
-        norm.compared[key] = False  # a cycle back here proves nothing
-        known = norm.compared[key] = _compare(terms, norm, a, b, depth)
-    return known
-
-
-def _compare(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bool:
-    if a is b or norm(a) is norm(b):
-        return True
-    if depth == 0 or a.type != b.type:
-        if norm.first_failure is None:
-            norm.first_failure = (a, b)
-        return False
-    if a.op == "reshape" and (taken := squeeze_units(terms, a)) is not None:
-        return _equal(terms, norm, taken, b, depth - 1)
-    if a.op == "reshape" and a.args[0].op == "concatenate" and (pieces := _reshaped_pieces(terms, a)) is not None:
-        a = pieces
-    if a.op == "concatenate" and b.op != "concatenate":
-        d = int(a.attr("dimension"))
-        start = 0
-        for piece in a.args:
-            m = piece.type.shape[d]
-            block = push_slice(terms, b, *window_along(a.type.shape, d, start, start + m))
-            if not _equal(terms, norm, piece, block, depth - 1):
-                return False
-            start += m
-        return True
-    # Congruence: the same op on equal operands (each pair compared the same way).
-    na, nb = norm(a), norm(b)
-    if na.op == nb.op and na.attrs == nb.attrs and len(na.args) == len(nb.args) and na.args:
-        return all(_equal(terms, norm, x, y, depth - 1) for x, y in zip(na.args, nb.args, strict=True))
-    if norm.first_failure is None:
-        norm.first_failure = (a, b)
-    return False
-
-
-def _reshaped_pieces(terms: Terms, t: Term) -> Term | None:
-    """reshape(concat(p_i) along 0) as concat(reshape(p_i)) along 0, when the reshape keeps the leading
-    dim's blocks whole (row-major: each piece's rows stay together)."""
-    (c,) = t.args
-    if c.attr("dimension") != 0 or t.type.rank == 0:
-        return None
-    rows = int(np.prod(c.type.shape[1:], dtype=np.int64))
-    inner = int(np.prod(t.type.shape[1:], dtype=np.int64))
-    pieces: list[Term] = []
-    for p in c.args:
-        size = p.type.shape[0] * rows
-        if size % inner:
-            return None
-        pieces.append(terms.apply("reshape", (p,), (), TensorType((size // inner, *t.type.shape[1:]), p.type.dtype)))
-    return terms.mk("concatenate", tuple(pieces), (("dimension", 0),), t.type)
 
 
 # -- the normaliser ------------------------------------------------------------------------------------
