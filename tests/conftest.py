@@ -14,7 +14,8 @@ from pathlib import Path
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import scalify_hlo.ops.registry  # noqa: E402,F401  (registers the numeric kernels, as importing the prover does)
+import scalify_hlo.ops.registry  # noqa: F401  (registers the numeric kernels, as importing the prover does)
+
 
 def numeric_xla_flags() -> None:
     """The XLA flags of the numeric tests: XLA reads its flags once per process, before the first compile,
