@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from conftest import FIXTURES, run_cli
 
@@ -145,3 +146,92 @@ def test_cli_audit_reference_names_axes() -> None:
     data = json.loads(proc.stdout)
     assert data["mesh"] == '["fsdp"=2, "tp"=4]' and data["total_bytes_per_device"] == 21_504
     assert all(c["bytes_per_step"] == 2 * c["bytes"] for c in data["collectives"])
+
+
+def test_collective_permutes_are_listed_with_their_axes() -> None:
+    # ring attention: each ppermute shifts the key/value blocks one step along "sp" (4 devices)
+    a = audit(parsers.load(FIXTURES / "ring_attention_shard_map" / "after.mlir"))
+    permutes = [c for c in a.collectives if c.kind == "collective_permute"]
+    assert permutes and {(c.axes, c.group_size) for c in permutes} == {(("sp",), 4)}
+    assert all(c.source and "ring_attention.py" in c.source for c in permutes)
+    assert 'collective_permute over {"sp"}' in a.by_kind_and_axes()
+
+
+def _mesh() -> Any:
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    return Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("fsdp", "tp"))
+
+
+def test_state_not_split_like_its_parameter_is_flagged_and_output_shardings_shown() -> None:
+    # A momentum step whose state `mu` is left replicated while the weight it updates is FSDP-sharded.
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from scalify_hlo.jax import partitioned
+
+    mesh = _mesh()
+
+    def step(w: Any, mu: Any, x: Any) -> Any:
+        g = jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w)))(w)
+        mu = 0.9 * mu + g
+        return w - 0.1 * mu, mu
+
+    def s(*spec: Any) -> NamedSharding:
+        return NamedSharding(mesh, P(*spec))
+
+    w, x = jnp.ones((64, 64)), jnp.ones((16, 64))
+    before, after = partitioned(step, w, w, x, in_shardings=(s("fsdp"), s(), s("fsdp")),
+                                out_shardings=(s("fsdp"), s()))
+    a = audit(parsers.loads(after, "step.hlo"), parsers.loads(before, "step.mlir"))
+    flags = [f for f in a.flags if f["kind"] == "not split like its peers"]
+    assert len(flags) == 1 and "input 1 (mu" in flags[0]["message"] and "input 0 (w)" in flags[0]["message"]
+    assert [o["sharding"].split(" (")[0] for o in a.outputs] == ['[{"fsdp"}, {}]', "[{}, {}]"]
+    assert "outputs (sharding on the mesh" in a.render()
+    # sharded like the weight, nothing to flag
+    before, after = partitioned(step, w, w, x, in_shardings=(s("fsdp"), s("fsdp"), s("fsdp")),
+                                out_shardings=(s("fsdp"), s("fsdp")))
+    a = audit(parsers.loads(after, "step.hlo"), parsers.loads(before, "step.mlir"))
+    assert not [f for f in a.flags if f["kind"] == "not split like its peers"]
+
+
+def test_the_same_weight_gathered_twice_is_flagged() -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    def body(w: Any, x: Any) -> Any:
+        h = jnp.tanh(x @ jax.lax.all_gather(w, "fsdp", tiled=True))
+        return jnp.tanh(h @ jax.lax.all_gather(w, "fsdp", tiled=True))  # the same gather again
+
+    def body_once(w: Any, x: Any) -> Any:
+        full = jax.lax.all_gather(w, "fsdp", tiled=True)
+        return jnp.tanh(jnp.tanh(x @ full) @ full)
+
+    verdicts = []
+    for fn in (body, body_once):
+        mapped = jax.jit(jax.shard_map(fn, mesh=_mesh(), in_specs=(P("fsdp"), P()), out_specs=P(), check_vma=False))
+        text = mapped.lower(jnp.ones((64, 64)), jnp.ones((16, 64))).as_text(debug_info=True)
+        verdicts.append([f["message"] for f in audit(parsers.loads(text, "f.mlir")).flags if f["kind"] == "gathered twice"])
+    assert len(verdicts[0]) == 1 and "test_audit.py" in verdicts[0][0]
+    assert verdicts[1] == []
+
+
+def test_plot_is_a_png_of_bytes_per_layer_by_axes(tmp_path: Path) -> None:
+    from matplotlib import image
+
+    from scalify_hlo.audit import plot
+
+    d = FIXTURES / "llama_scan_shardy"
+    a = audit(parsers.load(d / "after.hlo"), parsers.load(d / "before.mlir"))
+    assert a.bytes_per_layer_by_axes() == {'all_gather over {"fsdp"}': [4608, 4608],
+                                           'all_reduce over {"tp"}': [6144, 6144]}
+    path = tmp_path / "layers.png"
+    plot(a, str(path))
+    pixels = image.imread(path)
+    assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 100
+    assert len({tuple(p) for p in pixels.reshape(-1, pixels.shape[2])[::97]}) > 3  # bars, not a blank canvas

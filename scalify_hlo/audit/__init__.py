@@ -11,9 +11,12 @@ line); those of a scanned one are the iterations of the loop that holds the coll
 Mesh axes are named as the user named them: the module's `sdy.mesh`, else the reference program's
 (`reference=`, the program before partitioning: partitioned HLO keeps no axis names); without either
 they are numbered by position (axis_0, ...), and the report says so.
-Flags: large tensors replicated on every device, all-gather followed by a slice of the same data
-(resharding ping-pong), collectives over size-1 groups, and reductions of values that are not partial
-(from the prover's facts: summing replicated copies, i.e. a reduction performed twice).
+Collective-permutes are listed with the mesh axes their pairs move along; every output with its sharding
+(declared by the module, else by the reference). Flags: large tensors replicated on every device; an input
+left whole over an axis that inputs of the same global shape are split over (optimizer state replicated
+where its parameters are FSDP/zero-1 sharded); all-gather followed by a slice of the same data (resharding
+ping-pong); the same data gathered twice over the same devices; collectives over size-1 groups; and
+reductions of values that are not partial (from the prover's facts: a reduction performed twice).
 
 Modules: `collect.py` (`audit()`), `ops.py` (what is read off one op), `flags.py`, `report.py` (the data and
 its renderings).

@@ -9,16 +9,16 @@ from scalify_hlo.audit.flags import add_flags
 from scalify_hlo.audit.ops import describe, group_of, name_of, traffic, trip_count
 from scalify_hlo.audit.report import Audit, Collective
 from scalify_hlo.ir.nodes import Module, Op, TensorType, Value, walk
-from scalify_hlo.layout.program import COLLECTIVES, prepare
+from scalify_hlo.layout.program import COLLECTIVES, Program, prepare
 
 
 def audit(module: Module, reference: Module | None = None) -> Audit:
     """The audit of a distributed program; `reference` (the program before partitioning) names its mesh
     axes when the module itself does not."""
     hint = None
-    if reference is not None and not module.meshes:
-        ref_mesh = prepare(reference).mesh
-        hint = ref_mesh if ref_mesh.size == module.num_partitions and ref_mesh.size > 1 else None
+    ref = prepare(reference) if reference is not None else None
+    if ref is not None and not module.meshes:
+        hint = ref.mesh if ref.mesh.size == module.num_partitions and ref.mesh.size > 1 else None
     prog = prepare(module, hint)
     names = "module" if module.meshes else "reference" if hint is not None else "positions"
     result = Audit(module.path, prog.form, prog.mesh.describe(), prog.mesh.size, axis_names=names)
@@ -67,6 +67,8 @@ def audit(module: Module, reference: Module | None = None) -> Audit:
         result.collectives = [dataclasses.replace(c, layer=c.index // period) for c in result.collectives]
     else:
         _scanned_layers(result)
+    result.outputs = [{"index": i, "type": str(v.type), "sharding": _output_sharding(prog, ref, i)}
+                      for i, v in enumerate(prog.func.body.results)]
     add_flags(prog, result)
     return result
 
@@ -121,3 +123,18 @@ def _reads(later: list[Op], earlier: list[Op], producers: dict[Value, Op],
         stack.extend(op.operands)
         stack.extend(r for region in op.regions for r in region.results)
     return False
+
+
+def _output_sharding(prog: Program, ref: Program | None, i: int) -> str:
+    """How result `i` is laid out: declared by the module, else by the reference program (partitioned HLO
+    text keeps no result shardings), else replicated when the reference's result has the same shape."""
+    layout = prog.out_layouts[i]
+    if layout is not None:
+        return layout.describe(prog.mesh)
+    if ref is None or i >= len(ref.out_layouts):
+        return "not declared"
+    hinted = ref.out_layouts[i]
+    if hinted is not None:
+        return f"{hinted.describe(prog.mesh)} (as the reference declares)"
+    same = ref.func.body.results[i].type == prog.func.body.results[i].type
+    return "replicated" if same and prog.form == "spmd" else "not declared"

@@ -7,7 +7,7 @@ import numpy as np
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Literal, Op, TensorType, Value
-from scalify_hlo.layout.groups import axes_of_groups, device_groups, has_channel
+from scalify_hlo.layout.groups import axes_of_groups, axes_of_pairs, device_groups, has_channel
 from scalify_hlo.layout.program import Program
 from scalify_hlo.numeric.machine import np_dtype
 from scalify_hlo.report.verdicts import user_name
@@ -52,8 +52,14 @@ def traffic(op: Op, n: int) -> int:
 
 
 def group_of(op: Op, prog: Program) -> tuple[tuple[str, ...], int]:
+    """The mesh axes a collective runs over and its group size (a permute: the devices along the axes
+    its pairs move on; "?" when the groups are not the fibres of mesh axes)."""
     if op.opcode in ("collective_permute", "collective_broadcast"):
-        return (), 2
+        pairs = op.attrs.get("source_target_pairs")
+        axes = axes_of_pairs(pairs.array, prog.mesh) if isinstance(pairs, Literal) else None
+        if axes is None:
+            return ("?",), 2
+        return axes, max(2, prog.mesh.size_of(axes))
     if not has_channel(op):
         return (), 1
     arr = device_groups(op, prog.mesh.size)

@@ -54,6 +54,7 @@ class Audit:
     layers_from: str | None = None  # "repeated collectives", or the scanned loop whose iterations are layers
     axis_names: str = "module"  # where the axis names come from: "module", "reference" or "positions"
     loops: list[dict[str, Any]] = field(default_factory=list)  # every while loop: where, trip count
+    outputs: list[dict[str, Any]] = field(default_factory=list)  # every result: its type and sharding
 
     @property
     def total_bytes(self) -> int:
@@ -77,6 +78,18 @@ class Audit:
                     per[k] += c.step_bytes // self.layers
         return per
 
+    def bytes_per_layer_by_axes(self) -> dict[str, list[int]]:
+        """`bytes_per_layer`, split by collective kind and mesh axes ("all_gather over {"fsdp"}")."""
+        out: dict[str, list[int]] = {}
+        for c in self.collectives:
+            per = out.setdefault(f"{c.kind} over {fmt_axes(c.axes)}", [0] * self.layers)
+            if c.layer is not None:
+                per[c.layer] += c.step_bytes
+            elif self.layers_from is not None and self.layers_from in c.loops:
+                for k in range(self.layers):
+                    per[k] += c.step_bytes // self.layers
+        return {k: v for k, v in out.items() if any(v)}
+
     def byte_model(self) -> dict[str, str]:
         kinds = {c.kind for c in self.collectives}
         return {k: v for k, v in BYTE_MODEL.items() if k in kinds}
@@ -88,7 +101,7 @@ class Audit:
                 "byte_model": {"algorithm": "ring", "unit": "bytes one device sends per execution",
                                "S": "the per-device operand", "n": "the group size", "kinds": self.byte_model()},
                 "layers": self.layers, "layers_from": self.layers_from, "bytes_per_layer": self.bytes_per_layer(),
-                "loops": self.loops, "collectives": [c.to_json() for c in self.collectives], "flags": self.flags}
+                "loops": self.loops, "outputs": self.outputs, "collectives": [c.to_json() for c in self.collectives], "flags": self.flags}
 
     def render(self) -> str:
         how = ""
@@ -120,6 +133,10 @@ class Audit:
         lines.append("byte model (ring; S the per-device operand, n the group size; per execution):")
         for kind, model in self.byte_model().items():
             lines.append(f"  {kind:<20} {model}")
+        if self.outputs:
+            lines.append("outputs (sharding on the mesh; [{axes} per dim]):")
+            for o in self.outputs:
+                lines.append(f"  {o['index']:>3} {o['type']:<28} {o['sharding']}")
         for f in self.flags:
             lines.append(f"flag: {f['kind']}: {f['message']}")
         return "\n".join(lines)
@@ -133,7 +150,8 @@ def fmt_axes(axes: tuple[str, ...]) -> str:
 
 
 def plot(a: Audit, path: str) -> None:
-    """A bar chart of bytes per device per layer (matplotlib, an optional extra)."""
+    """A bar chart of bytes per device per layer, stacked by collective kind and axes (matplotlib, an optional
+    extra)."""
     try:
         import matplotlib
 
@@ -141,12 +159,18 @@ def plot(a: Audit, path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError as err:
         raise RuntimeError("--plot needs matplotlib: pip install 'scalify-hlo[plot]'") from err
-    per = a.bytes_per_layer()
-    fig, ax = plt.subplots(figsize=(max(4, len(per) * 0.3), 3))
-    ax.bar(range(len(per)), per)
+    series = a.bytes_per_layer_by_axes()
+    layers = range(a.layers)
+    fig, ax = plt.subplots(figsize=(max(4, a.layers * 0.3), 3))
+    bottom = [0] * a.layers
+    for label, per in sorted(series.items()):
+        ax.bar(layers, per, bottom=bottom, label=label)
+        bottom = [b + x for b, x in zip(bottom, per, strict=True)]
     ax.set_xlabel("layer")
     ax.set_ylabel("bytes per device")
     ax.set_title(f"{a.path}: collectives per layer")
+    if series:
+        ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -136,6 +136,17 @@ def pairs_are_complete_permutation(pairs: npt.ArrayLike, num_devices: int) -> bo
     return p.shape[0] == num_devices and all(np.array_equal(np.sort(p[:, k]), iota) for k in (0, 1))
 
 
+def axes_of_pairs(pairs: npt.ArrayLike, mesh: Mesh) -> tuple[str, ...] | None:
+    """The mesh axes along which source→target pairs move data (those where some pair's coordinates
+    differ), in mesh order; None when a pair names a device outside the mesh."""
+    p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    try:
+        src, dst = mesh.coords(p[:, 0]), mesh.coords(p[:, 1])
+    except ShardingError:
+        return None
+    return tuple(mesh.names[i] for i in np.flatnonzero((src != dst).any(axis=0)).tolist())
+
+
 def shift_of_pairs(pairs: npt.ArrayLike, mesh: Mesh) -> tuple[str, int] | None:
     """(axis, k) when the pairs are the cyclic shift by k (0 < k < size) along one mesh axis; else None
     (also for the identity, and for a shift along an axis that refinement split: see `cyclic_shift`)."""
