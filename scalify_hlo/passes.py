@@ -38,6 +38,20 @@ class Stage:
     pipeline: str
     after_pass: str
     path: Path
+    before_pass: str | None = None  # the pass about to run when this was dumped
+
+
+def label(a: Stage, b: Stage) -> str:
+    """What ran between two consecutive dumps: from the pass `a` was about to run to the one `b` ran after.
+    A pass that runs a nested pipeline (the SPMD partitioner runs spmd-cleanup) is named for itself when
+    the change shows at the start of its nested pipeline."""
+    last = f"{b.pipeline}/{b.after_pass}" if b.pipeline else b.after_pass
+    first = a.before_pass
+    if first is None or first == "pipeline-end" or (first == b.after_pass and a.pipeline == b.pipeline):
+        return last
+    if b.after_pass == "pipeline-start" and b.pipeline != a.pipeline:
+        return f"{a.pipeline}/{first} (to the start of its nested {b.pipeline})"
+    return f"{a.pipeline}/{first} … {b.after_pass if b.pipeline == a.pipeline else last}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +82,7 @@ def stages(dump: Path) -> dict[str, list[Stage]]:
     for p in sorted(dump.iterdir()):
         if m := _INDEXED.match(p.name):
             key = f"{m.group(1)}.{m.group(2)}"
-            out.setdefault(key, []).append(Stage(key, int(m.group(3)), m.group(4), m.group(5), p))
+            out.setdefault(key, []).append(Stage(key, int(m.group(3)), m.group(4), m.group(5), p, m.group(6)))
         elif m := _FIRST.match(p.name):
             key = f"{m.group(1)}.{m.group(2)}"
             out.setdefault(key, []).append(Stage(key, -1, "", "before-optimizations", p))
@@ -88,7 +102,7 @@ def check_dump(dump: Path, *, stop_at_first: bool = False, options: Options | No
 
     for key, seq in stages(dump).items():
         for a, b in itertools.pairwise(seq):
-            name = f"{b.pipeline}/{b.after_pass}" if b.pipeline else b.after_pass
+            name = label(a, b)
             started = time.perf_counter()
             try:
                 ma, mb = load(a.path), load(b.path)

@@ -37,6 +37,22 @@ def test_every_pass_pair_is_proven_or_unknown_with_a_reason(clean: list) -> None
 def test_the_partitioner_pair_gets_the_distributed_check(clean: list) -> None:  # type: ignore[type-arg]
     distributed = [r for r in clean if r.mode == "distributed"]
     assert len(distributed) == 1 and distributed[0].verdict == "equivalent"
+    # named for the partitioner, whose nested spmd-cleanup pipeline dumped the first per-device module
+    assert distributed[0].passes == "spmd-partitioner/spmd-partitioning (to the start of its nested spmd-cleanup)"
+
+
+def test_pass_pairs_are_labelled_by_what_ran_between_them() -> None:
+    from scalify_hlo.passes import Stage, label
+
+    def stage(index: int, pipeline: str, after: str, before: str | None) -> Stage:
+        return Stage("m", index, pipeline, after, Path(f"{index}.txt"), before)
+
+    one = stage(6, "spmd-cleanup", "dce", "tuple-simplifier")
+    assert label(stage(5, "spmd-cleanup", "pipeline-start", "dce"), one) == "spmd-cleanup/dce"
+    several = stage(11, "layout", "dot_decomposer", "operand_upcaster")
+    assert label(stage(10, "layout", "pipeline-start", "normalizer"), several) == "layout/normalizer … dot_decomposer"
+    nested_end = stage(40, "after_layout", "fusion", "fusion-wrapper")
+    assert label(stage(39, "inner", "pipeline-start", "pipeline-end"), nested_end) == "after_layout/fusion"
 
 
 def test_broken_pass_is_named_with_its_op(tmp_path: Path) -> None:
