@@ -29,7 +29,7 @@ class Mutant:
     module: Module
 
     def describe(self) -> str:
-        return f"{self.kind} at {self.op.describe()} ({self.op.loc.site})"
+        return f"{self.kind} at {self.op.describe()}"
 
 
 def _ops(region: Region) -> Iterator[Op]:

@@ -9,6 +9,7 @@ hashed, memoized and sent to worker processes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -16,6 +17,8 @@ from typing import Any, TypeAlias
 import numpy as np
 
 # --- types -------------------------------------------------------------------------------------------
+
+PARSER_NUMBERING = re.compile(r"%(?:arg)?\d+(?:#\d+)?")  # the StableHLO parser's own value names
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,22 @@ class ScatterDims:
 
 
 @dataclass(frozen=True, slots=True)
+class ConvDims:
+    """A convolution's dimension numbers: which dim of the input, kernel and output is the batch, the
+    feature and each spatial dim (spatial dims listed in window order)."""
+
+    input_batch: int
+    input_feature: int
+    input_spatial: tuple[int, ...]
+    kernel_input_feature: int
+    kernel_output_feature: int
+    kernel_spatial: tuple[int, ...]
+    output_batch: int
+    output_feature: int
+    output_spatial: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ChannelHandle:
     handle: int
     type: int
@@ -142,7 +161,7 @@ class Opaque:
 
 AttrValue: TypeAlias = (
     bool | int | float | str | tuple[Any, ...] | Literal | DotDims | GatherDims | ScatterDims
-    | ChannelHandle | Opaque | Type | None
+    | ConvDims | ChannelHandle | Opaque | Type | None
 )
 
 
@@ -258,8 +277,13 @@ class Op:
         return r
 
     def describe(self) -> str:
+        """`add.3 = add at model.py:12`: the op by the names a user can find (HLO instruction or named
+        location, and the source line), never the StableHLO parser's own numbering (`%89`)."""
         name = self.loc.name or (self.results[0].name if self.results else "")
-        return f"{name} = {self.opcode}" if name else self.opcode
+        if name and PARSER_NUMBERING.fullmatch(name):
+            name = ""
+        text = f"{name} = {self.opcode}" if name else self.opcode
+        return f"{text} at {self.loc.site}" if self.loc.site else text
 
 
 @dataclass(frozen=True, slots=True, eq=False)

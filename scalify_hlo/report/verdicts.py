@@ -20,17 +20,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeAlias, assert_never
 
-from scalify_hlo.ir.nodes import Frame, Op, SourceLoc
+from scalify_hlo.ir.nodes import PARSER_NUMBERING, Frame, Op, SourceLoc
 
 SCHEMA = 1  # the JSON report's version (docs/json.md): bumped when a field changes meaning or goes away
-_NUMBERING = re.compile(r"%(?:arg)?\d+(?:#\d+)?")  # the StableHLO parser's own value names
 _SITES_SHOWN = 3  # findings with one reason at one line: the sites listed before "and N more"
 
 
 def user_name(name: str | None) -> str | None:
     """`name` when the user can find it (an HLO instruction, a named MLIR location), else None: the
     StableHLO parser numbers values itself (`%89`, `%arg0`), and those numbers are in no file."""
-    return None if not name or _NUMBERING.fullmatch(name) else name
+    return None if not name or PARSER_NUMBERING.fullmatch(name) else name
 
 
 @dataclass(frozen=True, slots=True)
