@@ -46,6 +46,22 @@ class PairResult:
     outcome: str
     source: str | None = None
     error: str | None = None
+    localised: str | None = None  # a true bug found: "exact" (the perturbed line named), "other line", "none"
+
+
+def localisation_of(text: str, perturbed_lines: int, named: str | None) -> str:
+    """How a discrepancy was localised: "exact" when it names one of the perturbation's lines (the last
+    `perturbed_lines` lines up to the `# PERTURBED` marker, or the OUT_SPECS line for a perturbation of
+    the out_specs), "other line" when it names another line of the program, "none" when it names none."""
+    if named is None or ".py:" not in named:
+        return "none"
+    line = int(named.rsplit(":", 1)[1])
+    lines = text.splitlines()
+    marked = next((i + 1 for i, ln in enumerate(lines) if "# PERTURBED" in ln), None)
+    if marked is None:
+        specs = next(i + 1 for i, ln in enumerate(lines) if ln.startswith("OUT_SPECS"))
+        return "exact" if line == specs else "other line"
+    return "exact" if marked - perturbed_lines < line <= marked else "other line"
 
 
 def load_program(text: str, workdir: Path, stem: str) -> ModuleType:
@@ -109,7 +125,7 @@ def lower_pair(mod: ModuleType, mesh: Mesh) -> tuple[str, str]:
 
 
 def check_pair(text: str, ident: str, pair: str, perturbation: str | None, program: fuzz_programs.Program,
-               workdir: Path, budget: float, hard_limit: float) -> PairResult:
+               workdir: Path, budget: float, hard_limit: float, perturbed_lines: int = 1) -> PairResult:
     steps = [s.kind for s in program.steps]
     base = {"id": ident, "pair": pair, "perturbation": perturbation, "steps": steps, "mesh": program.mesh}
     try:
@@ -131,8 +147,10 @@ def check_pair(text: str, ident: str, pair: str, perturbation: str | None, progr
                           seconds=0.0, outcome="generator_error", source=text)
     v = run_verify(before, after, budget, hard_limit)
     outcome = outcome_of(truth, v.name)
+    found = pair == "perturbed" and truth == "DIFFERENT" and v.name == "discrepancy"
     return PairResult(**base, truth=truth, max_abs_diff=worst, verdict=v.name, reason=v.reason, seconds=v.seconds,
-                      outcome=outcome, source=text if outcome != "ok" else None, error=v.error)
+                      outcome=outcome, source=text if outcome != "ok" else None, error=v.error,
+                      localised=localisation_of(text, perturbed_lines, v.named) if found else None)
 
 
 @dataclass
@@ -172,6 +190,10 @@ class ProgramSummary:
             "exceptions": self.count(lambda r: r.outcome == "exception"),
             "exceptions_scalify_error": self.count(lambda r: r.verdict == "scalify_error"),
             "exceptions_crash": self.count(lambda r: r.verdict == "crash"),
+            # true bugs found: named at one of the perturbed lines / at another line / at no line
+            "localised_exact": self.count(lambda r: r.localised == "exact"),
+            "localised_other_line": self.count(lambda r: r.localised == "other line"),
+            "localised_none": self.count(lambda r: r.localised == "none"),
             "max_verify_seconds": round(max((r.seconds for r in verified), default=0.0), 2),
             "mean_verify_seconds": round(sum(r.seconds for r in verified) / len(verified), 3) if verified else 0.0,
             "wall_seconds": round(self.seconds, 1),
@@ -202,16 +224,17 @@ def _fuzz_programs(summary: ProgramSummary, seed: int, n_programs: int, seconds:
             pseed = seed * 1_000_003 + i
             program = fuzz_programs.generate(pseed)
             summary.programs += 1
-            pairs: list[tuple[str, str | None, str]] = [
-                ("correct", None, program.render(title="correct pair"))]
+            pairs: list[tuple[str, str | None, str, int]] = [
+                ("correct", None, program.render(title="correct pair"), 0)]
             sites = program.perturbation_sites()
             if sites:
                 rng = np.random.default_rng(pseed)
                 site = sites[int(rng.integers(len(sites)))]
                 kind = program.perturbation(site)
-                pairs.append(("perturbed", kind, program.render(site, title=f"perturbed pair ({kind})")))
-            for pair, kind, text in pairs:
-                r = check_pair(text, f"p{pseed}_{pair}", pair, kind, program, workdir, budget, hard_limit)
+                written = len(program.steps[site[0]].perturbations[site[1]].impl) if site[0] < len(program.steps) else 1
+                pairs.append(("perturbed", kind, program.render(site, title=f"perturbed pair ({kind})"), written))
+            for pair, kind, text, written in pairs:
+                r = check_pair(text, f"p{pseed}_{pair}", pair, kind, program, workdir, budget, hard_limit, written)
                 summary.results.append(r)
                 if r.outcome not in ("ok", "invalid"):
                     log(f"  {r.id}: {r.outcome.upper()} truth {r.truth}, verdict {r.verdict}: {r.reason[:160]}")

@@ -60,6 +60,7 @@ class Verdict:
     reason: str
     seconds: float
     error: str | None = None
+    named: str | None = None  # a discrepancy's first named source site ("file.py:12"), if any
 
 
 def run_verify(before: str, after: str, budget: float, hard_limit: float) -> Verdict:
@@ -70,7 +71,8 @@ def run_verify(before: str, after: str, budget: float, hard_limit: float) -> Ver
             report = scalify_hlo.verify(before, after, timeout=budget)
         dt = time.perf_counter() - t0
         name = "timeout" if dt > SLOW_SECONDS else report.name
-        return Verdict(name, report.verdict.reason, dt)
+        first = report.findings[0].after if report.name == "discrepancy" and report.findings else None
+        return Verdict(name, report.verdict.reason, dt, named=first.source if first is not None else None)
     except WallTimeout as err:
         return Verdict("timeout", str(err), time.perf_counter() - t0)
     except ScalifyError as err:
