@@ -246,6 +246,8 @@ def passes(
     dump: Annotated[Path, typer.Argument(help="an XLA dump dir (--xla_dump_to=DIR --xla_dump_hlo_pass_re=.*)")],
     stop: Annotated[bool, typer.Option("--stop/--continue", help="stop at the first pass that breaks meaning")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON ('-' for stdout)")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=0, help="pass pairs checked in parallel, in worker "
+                                      "processes (0, the default: one per core)")] = 0,
 ) -> None:
     """Verify each consecutive pass pair of an XLA dump; name the first pass that breaks meaning."""
     import json
@@ -256,7 +258,7 @@ def passes(
     if not dump.is_dir():
         raise ParseError(Span(str(dump)), "not a directory; expected an XLA dump directory")
     _check_output("--json", json_out)
-    results = check_dump(dump, stop_at_first=stop)
+    results = check_dump(dump, stop_at_first=stop, jobs=jobs or os.cpu_count() or 1)
     if not results:
         raise ParseError(Span(str(dump)), "no per-pass module dumps (module_*.after_*.txt) in this directory; "
                          "expected a dump made with --xla_dump_hlo_pass_re=.*")

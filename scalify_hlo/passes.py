@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import multiprocessing
 import re
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,33 +93,50 @@ def stages(dump: Path) -> dict[str, list[Stage]]:
     return out
 
 
-def check_dump(dump: Path, *, stop_at_first: bool = False, options: Options | None = None) -> list[PassResult]:
+def check_dump(dump: Path, *, stop_at_first: bool = False, options: Options | None = None,
+               jobs: int = 1) -> list[PassResult]:
+    """Every consecutive pass pair of every module, in pipeline order. With `jobs` > 1 the pairs are
+    checked in that many worker processes; the results (and, with `stop_at_first`, the first pass that
+    breaks meaning) are the same as with one."""
+    pairs = [(key, label(a, b), a.path, b.path) for key, seq in stages(dump).items()
+             for a, b in itertools.pairwise(seq)]
+    opts = options or Options()
     results: list[PassResult] = []
-    cache: dict[Path, Module] = {}
-
-    def load(p: Path) -> Module:
-        if p not in cache:
-            cache[p] = parsers.load(p)
-        return cache[p]
-
-    for key, seq in stages(dump).items():
-        for a, b in itertools.pairwise(seq):
-            name = label(a, b)
-            started = time.perf_counter()
-            try:
-                ma, mb = load(a.path), load(b.path)
-                fa, fb = form_of(ma, inline(ma)), form_of(mb, inline(mb))
-                plain = not (fa == "global" and fb == "spmd")
-                opts = options or Options()
-                report = prove(ma, mb, dataclasses.replace(opts, plain=plain))
-                results.append(PassResult(key, name, a.path, b.path, "plain" if plain else "distributed", report,
-                                          time.perf_counter() - started))
-            except ScalifyError as err:
-                results.append(PassResult(key, name, a.path, b.path, "?", None, time.perf_counter() - started,
-                                          err.message))
+    if jobs <= 1 or len(pairs) <= 1:
+        cache: dict[Path, Module] = {}
+        for pair in pairs:
+            results.append(_check_pair(*pair, opts, cache))
             if stop_at_first and results[-1].verdict == "discrepancy":
-                return results
+                break
+        return results
+    # spawn, not fork: the parent holds MLIR contexts and egglog state a forked child must not share
+    with ProcessPoolExecutor(min(jobs, len(pairs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_check_pair, *pair, opts) for pair in pairs]
+        for future in futures:  # in pipeline order, so the first discrepancy is the first pass that breaks
+            results.append(future.result())
+            if stop_at_first and results[-1].verdict == "discrepancy":
+                for rest in futures:
+                    rest.cancel()
+                break
     return results
+
+
+def _check_pair(key: str, name: str, a: Path, b: Path, options: Options,
+                cache: dict[Path, Module] | None = None) -> PassResult:
+    """One pass pair: the distributed check where it turns a global program into a per-device one."""
+    cache = {} if cache is None else cache
+    started = time.perf_counter()
+    try:
+        for p in (a, b):
+            if p not in cache:
+                cache[p] = parsers.load(p)
+        ma, mb = cache[a], cache[b]
+        fa, fb = form_of(ma, inline(ma)), form_of(mb, inline(mb))
+        plain = not (fa == "global" and fb == "spmd")
+        report = prove(ma, mb, dataclasses.replace(options, plain=plain))
+        return PassResult(key, name, a, b, "plain" if plain else "distributed", report, time.perf_counter() - started)
+    except ScalifyError as err:
+        return PassResult(key, name, a, b, "?", None, time.perf_counter() - started, err.message)
 
 
 def render(results: list[PassResult]) -> str:
