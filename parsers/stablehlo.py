@@ -38,7 +38,7 @@ from scalify_hlo.ir.nodes import (
     Type,
     Value,
 )
-from scalify_hlo.layout.mesh import mesh_axes_of, refine_for_axes
+from scalify_hlo.layout.inference import mesh_axes_of, refine_for_axes
 from scalify_hlo.layout.sharding import mesh_from_sdy
 
 # Dialect prefixes dropped from opcodes: the common IR speaks StableHLO, and mhlo/chlo ops that the

@@ -16,7 +16,8 @@ from scalify_hlo.layout.groups import (
     pairs_are_complete_permutation,
     shift_of_pairs,
 )
-from scalify_hlo.layout.mesh import Mesh, infer_mesh
+from scalify_hlo.layout.inference import infer_mesh
+from scalify_hlo.layout.mesh import Mesh
 
 DP_TP = Mesh((("dp", 2), ("tp", 4)))
 

@@ -10,17 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalify_hlo.ir.errors import ShardingError
-from scalify_hlo.layout.mesh import (
-    Layout,
-    Mesh,
-    Reducer,
-    factor,
-    infer_mesh,
-    mesh_axes_of,
-    refine_for_axes,
-    split_axis_name,
-    sub_axis_name,
-)
+from scalify_hlo.layout.inference import factor, infer_mesh, mesh_axes_of, refine_for_axes
+from scalify_hlo.layout.mesh import Layout, Mesh, Reducer, split_axis_name, sub_axis_name
 from scalify_hlo.layout.sharding import (
     DeviceArray,
     Manual,

@@ -17,7 +17,8 @@ import pytest
 
 from scalify_hlo.ir import _jaxlib
 from scalify_hlo.ir.errors import ShardingError
-from scalify_hlo.layout.mesh import Layout, Mesh, Reducer, infer_mesh
+from scalify_hlo.layout.inference import infer_mesh
+from scalify_hlo.layout.mesh import Layout, Mesh, Reducer
 from scalify_hlo.layout.sharding import (
     DeviceArray,
     Manual,

@@ -25,12 +25,11 @@ import numpy.typing as npt
 
 from scalify_hlo.ir.errors import ShardingError, UnmodelledShardingError
 from scalify_hlo.ir.nodes import ChannelHandle, Literal, Op
+from scalify_hlo.layout.inference import factor, position_forms
 from scalify_hlo.layout.mesh import (
     IntArray,
     Mesh,
-    factor,
     is_partition,
-    position_forms,
     preview_devices,
     preview_groups,
     split_axis_name,

@@ -19,7 +19,8 @@ from scalify_hlo.ir.errors import ShardingError, Span, UnmodelledShardingError
 from scalify_hlo.ir.inline import inline
 from scalify_hlo.ir.nodes import Attrs, Func, Module, Op, TensorType, walk
 from scalify_hlo.layout.groups import canonical_groups, has_channel, listed_groups
-from scalify_hlo.layout.mesh import Layout, Mesh, infer_mesh
+from scalify_hlo.layout.inference import infer_mesh
+from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.layout.sharding import (
     SdySharding,
     Sharding,

@@ -23,16 +23,8 @@ import numpy as np
 
 from scalify_hlo.ir import _jaxlib
 from scalify_hlo.ir.errors import ShardingError, Span, UnmodelledShardingError
-from scalify_hlo.layout.mesh import (
-    IntArray,
-    Layout,
-    Mesh,
-    Reducer,
-    factor,
-    mesh_axes_of,
-    preview_devices,
-    sub_axis_name,
-)
+from scalify_hlo.layout.inference import factor, mesh_axes_of
+from scalify_hlo.layout.mesh import IntArray, Layout, Mesh, Reducer, preview_devices, sub_axis_name
 
 SubgroupKind: TypeAlias = Literal["replicated", "manual", "unreduced"]
 _SUBGROUP_KINDS = ("replicated", "manual", "unreduced")

@@ -26,7 +26,8 @@ import numpy as np
 from scalify_hlo.ir.errors import MismatchError, ShardingError
 from scalify_hlo.ir.nodes import Func, Module, Op, Region, TensorType, Value, walk
 from scalify_hlo.layout import boundary
-from scalify_hlo.layout.mesh import Layout, Mesh, Reducer, infer_mesh, mesh_axes_of
+from scalify_hlo.layout.inference import infer_mesh, mesh_axes_of
+from scalify_hlo.layout.mesh import Layout, Mesh, Reducer
 from scalify_hlo.layout.program import manual_layouts, module_mesh, sharding_of
 from scalify_hlo.layout.sharding import Tiled, layout_of, mesh_from_sdy
 from scalify_hlo.numeric.kernels import kernel_of
