@@ -20,6 +20,7 @@ from scalify_hlo.ir.nodes import (
     Attrs,
     AttrValue,
     ChannelHandle,
+    ConvDims,
     DotDims,
     Frame,
     Func,
@@ -182,6 +183,13 @@ class _Reader:
                 return ScatterDims(tuple(s.update_window_dims), tuple(s.inserted_window_dims),
                                    tuple(s.input_batching_dims), tuple(s.scatter_indices_batching_dims),
                                    tuple(s.scattered_dims_to_operand_dims), int(s.index_vector_dim))
+            if mod.ConvDimensionNumbers.isinstance(a):
+                c = mod.ConvDimensionNumbers(a)
+                return ConvDims(int(c.input_batch_dimension), int(c.input_feature_dimension),
+                                tuple(c.input_spatial_dimensions), int(c.kernel_input_feature_dimension),
+                                int(c.kernel_output_feature_dimension), tuple(c.kernel_spatial_dimensions),
+                                int(c.output_batch_dimension), int(c.output_feature_dimension),
+                                tuple(c.output_spatial_dimensions))
             if mod.ChannelHandle.isinstance(a):
                 c = mod.ChannelHandle(a)
                 return ChannelHandle(int(c.handle), int(c.channel_type))

@@ -143,6 +143,34 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     return (Holds(term, target, origin if partial else None),)
 
 
+def bitcast_convert(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """Same-width bitcasts are elementwise. A width change adds (narrowing: u64 -> u32[..., 2]) or removes
+    (widening) a minor dim of bit pieces, which must be whole on every device (JAX's rbg keys: u32[2, 2] ->
+    u64[2])."""
+    src, out = op.operands[0].tensor, op.result.tensor
+    if src.rank == out.rank:
+        return elementwise(ctx, op, facts)
+    (f,) = facts
+    if isinstance(f, Varying):
+        computed = ctx.varying(op, facts)
+        if computed is not None:
+            return (computed,)
+    g = ctx.lift(f) if isinstance(f, Varying) else f
+    if isinstance(g, Failed):
+        return (upstream(g, op),)
+    if not isinstance(g, Holds) or g.layout.partial:
+        return (ctx.unsupported(op, "a width-changing bitcast of a value that is not a whole tensor"),)
+    shape = g.term.type.shape
+    if out.rank == src.rank + 1:
+        dims, gshape = (*g.layout.dims, ()), (*shape, out.shape[-1])
+    elif out.rank + 1 == src.rank and not g.layout.dims[-1]:
+        dims, gshape = g.layout.dims[:-1], shape[:-1]
+    else:
+        return (ctx.unsupported(op, f"a bitcast joining bit pieces laid out {ctx.describe(g.layout)}"),)
+    term = ctx.terms.apply(op.opcode, (g.term,), term_attrs(op), TensorType(gshape, out.dtype))
+    return (Holds(term, Layout(dims)),)
+
+
 def _misaligned(ctx: Ctx, op: Op, hs: list[Holds]) -> Failed:
     found = "; ".join(ctx.describe(h.layout) for h in hs)
     # Not evidence: per-device values can combine shards no layout describes (the diagonal blocks of

@@ -222,6 +222,11 @@ def _soak(summary: MutantSummary, seed: int, target: int, fixtures: Sequence[str
                 continue
         case = cases[name]
         kinds = [k for k in MUTATION_KINDS if case.sites[k]]
+        if not kinds:  # nothing this fuzzer knows how to mutate (no collectives, constants, tables...)
+            names.remove(name)
+            if not names:
+                break
+            continue
         kind = kinds[int(rng.integers(len(kinds)))]
         site = case.sites[kind][int(rng.integers(len(case.sites[kind])))]
         mutant = mutate(name, case.after, kind, site, rng)

@@ -56,9 +56,11 @@ if str(TOOLS) not in sys.path:
 
 from programs import (  # noqa: E402
     control_flow,
+    convolution,
     dp_mean,
     false_alarms,
     flax_models,
+    linalg_rng,
     llama,
     llama_train,
     loss_dp,
@@ -1747,6 +1749,160 @@ fixture("oc_top_k_smallest_shard_map", "top_k of the negated rows: the 4 smalles
         "meant")(_oc_pair(OC.top_k_ref, OC.top_k_smallest_body, (16, 32), ROWS, (ROWS, ROWS)))
 
 
+
+# ------------------------------------------------------------------------ convolution (issue 14)
+# Programs: tools/programs/convolution.py. XLA's partitioning of a conv net (batch split, feature split,
+# the weight gradient of a batch-split step, a spatial split with a halo exchange) and shard_map convs
+# with their `# BUG:` twins, on a 2 x 4 ("dp", "tp") mesh.
+
+CV = convolution
+CV_X, CV_W1, CV_W2 = (4, 8, 4, 4), (3, 3, 4, 4), (3, 3, 4, 4)
+
+
+def _cv_partitioned(ref: Callable[..., Any], shapes: Sequence[tuple[int, ...]], specs: Sequence[Any],
+                    out_spec: Any) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh(CV.MESH_2D, ("dp", "tp"))
+        return partitioned_pair(name, ref, mesh, _fa_normal(name, *shapes), ["x", "w1", "w2"][: len(shapes)],
+                                specs, out_spec)
+
+    return fn
+
+
+def _cv_shard_map(ref: Callable[..., Any], body: Callable[..., Any], shapes: Sequence[tuple[int, ...]],
+                  specs: Sequence[Any], out_spec: Any) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh(CV.MESH_2D, ("dp", "tp"))
+        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_spec, check_vma=False))
+        return shard_map_pair(name, ref, impl, mesh, _fa_normal(name, *shapes), ["x", "w"], specs,
+                              body if "# BUG:" in inspect.getsource(body) else None)
+
+    return fn
+
+
+CV_BATCH = P("dp", None, None, None)
+fixture("conv_net_dp_shardy", "conv net (3x3 SAME conv, relu, strided 3x3 conv) NHWC, batch split over dp, "
+        "kernels replicated, Shardy, vs the module after SPMD partitioning")(
+    _cv_partitioned(CV.conv_net, (CV_X, CV_W1, CV_W2), (CV_BATCH, P(), P()), CV_BATCH))
+fixture("conv_net_dp_tp_gspmd", "conv net, batch split over dp and the first conv's output features over tp "
+        "(the second contracts them: partial sums, all-reduce), GSPMD")(
+    lambda name: partitioned_pair(name, CV.conv_net, make_mesh(CV.MESH_2D, ("dp", "tp")),
+                                  _fa_normal(name, CV_X, CV_W1, CV_W2), ["x", "w1", "w2"],
+                                  (CV_BATCH, P(None, None, None, "tp"), P(None, None, "tp", None)), CV_BATCH,
+                                  shardy=False))
+fixture("conv_train_grad_dp_shardy", "kernel gradients of a squared loss of the conv net, batch split over dp "
+        "(the weight-gradient convolutions contract the batch: all-reduce over dp), Shardy")(
+    _cv_partitioned(CV.conv_train_loss_grad, (CV_X, CV_W1, CV_W2), (CV_BATCH, P(), P()), (P(), P())))
+fixture("conv_spatial_halo_shardy", "3x3 SAME conv with the image height split over tp (XLA exchanges halo "
+        "rows with collective-permutes), Shardy")(
+    _cv_partitioned(CV.conv_same, (CV_X, CV_W1), (P("dp", "tp", None, None), P()), P("dp", "tp", None, None)))
+CV_ROWS = P("dp", "tp", None, None)
+fixture("conv_patchify_spatial_shardy", "patch embedding (2x2 window, stride 2, VALID) with the image height "
+        "split over tp: every window inside a block, Shardy")(
+    _cv_partitioned(CV.patchify, (CV_X, (2, 2, 4, 4)), (CV_ROWS, P()), CV_ROWS))
+fixture("conv_pointwise_spatial_gspmd", "1x1 convolution with the image height split over tp, GSPMD")(
+    lambda name: partitioned_pair(name, CV.pointwise, make_mesh(CV.MESH_2D, ("dp", "tp")),
+                                  _fa_normal(name, CV_X, (1, 1, 4, 4)), ["x", "w1"], (CV_ROWS, P()), CV_ROWS,
+                                  shardy=False))
+fixture("conv_spatial_no_halo_shard_map", "shard_map 3x3 SAME conv of a height-split image, each device "
+        "convolving its own rows without its neighbours'")(
+    _cv_shard_map(CV.conv_same, CV.spatial_no_halo_body, (CV_X, CV_W1), (CV_ROWS, P()), CV_ROWS))
+
+
+@fixture("mut_conv_train_grad_allreduce_wrong_axis", "conv_train_grad_dp_shardy after.hlo with the first kernel "
+         "gradient's all-reduce (partial sums over the dp-split batch) moved from the dp groups to the tp groups")
+def _mut_conv_grad_axis(name: str) -> Built:
+    mesh = "mesh['axis_0'=2,'axis_1'=1,'axis_2'=1,'axis_3'=1,'axis_4'=4]"
+    return _allreduce_groups_changed(name, "conv_train_grad_dp_shardy", "transpose(jvp())/conv_general_dilated",
+                                     f"{mesh} {{'axis_0'}}", f"{mesh} {{'axis_4'}}",
+                                     "a kernel gradient summed over the dp-split batch")
+
+
+CV_OUT, CV_IN = (P("dp", None, None, None), P(None, None, None, "tp")), (P("dp", None, None, "tp"),
+                                                                        P(None, None, "tp", None))
+fixture("conv_out_features_shard_map", "shard_map conv, batch split over dp, kernel output features over tp "
+        "(correct)")(_cv_shard_map(CV.conv_same, CV.out_features_body, (CV_X, CV_W1), CV_OUT,
+                                   P("dp", None, None, "tp")))
+fixture("conv_in_features_shard_map", "shard_map conv with the input channels split over tp and a psum "
+        "(correct)")(_cv_shard_map(CV.conv_same, CV.in_features_body, (CV_X, CV_W1), CV_IN, CV_BATCH))
+fixture("conv_in_features_missing_psum_shard_map", "shard_map conv with the input channels split over tp "
+        "and no psum")(_cv_shard_map(CV.conv_same, CV.in_features_missing_psum_body, (CV_X, CV_W1), CV_IN,
+                                     CV_BATCH))
+fixture("conv_in_features_psum_wrong_axis_shard_map", "shard_map conv with the input channels split over tp, "
+        "summed over dp")(_cv_shard_map(CV.conv_same, CV.in_features_psum_wrong_axis_body, (CV_X, CV_W1),
+                                        CV_IN, CV_BATCH))
+CV_DW = (P("dp", None, None, "tp"), P(None, None, None, "tp"))
+fixture("conv_depthwise_shard_map", "shard_map depthwise conv (feature_group_count = channels) with the "
+        "channels split over tp (correct)")(_cv_shard_map(CV.depthwise_ref, CV.depthwise_body,
+                                                          ((4, 8, 4, 8), (3, 3, 1, 8)), CV_DW, P("dp", None, None, "tp")))
+fixture("conv_depthwise_shifted_shard_map", "shard_map depthwise conv with the output channels rotated")(
+    _cv_shard_map(CV.depthwise_ref, CV.depthwise_shifted_body, ((4, 8, 4, 8), (3, 3, 1, 8)), CV_DW,
+                  P("dp", None, None, "tp")))
+
+
+# --------------------------------- linear algebra and random bits (issue 14): Cholesky solves, rbg dropout
+# Programs: tools/programs/linalg_rng.py. Batch-split Cholesky + triangular solve (LAPACK custom calls on
+# CPU), partitioned by XLA and by shard_map; dropout drawn with the rbg PRNG from a replicated key.
+
+LR = linalg_rng
+BATCH = P("x", None, None)
+
+
+def _lr_chol_args(name: str) -> list[np.ndarray]:
+    return _fa_normal(name, (16, 4, 3), (16, 4, 2))
+
+
+def _lr_chol_pair(body: Callable[..., Any]) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((LR.N,), ("x",))
+        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(BATCH, BATCH), out_specs=BATCH))
+        return shard_map_pair(name, LR.chol_solve_ref, impl, mesh, _lr_chol_args(name), ["x", "b"], [BATCH, BATCH],
+                              body if "# BUG:" in inspect.getsource(body) else None)
+
+    return fn
+
+
+@fixture("lr_chol_solve_shardy", "jnp.linalg.cholesky of x x^T + n I and solve_triangular, the batch split over "
+         "x (LAPACK potrf/trsm custom calls), Shardy, vs the module after SPMD partitioning (correct)")
+def _lr_chol_shardy(name: str) -> Built:
+    mesh = make_mesh((LR.N,), ("x",))
+    return partitioned_pair(name, LR.chol_solve_ref, mesh, _lr_chol_args(name), ["x", "b"], [BATCH, BATCH], BATCH)
+
+
+fixture("lr_chol_solve_shard_map", "Cholesky + triangular solve per device in a shard_map over the batch "
+        "(correct)")(_lr_chol_pair(LR.chol_solve_body))
+fixture("lr_chol_solve_upper_shard_map", "Cholesky + triangular solve reading the upper triangle of the lower "
+        "factor")(_lr_chol_pair(LR.chol_solve_upper_body))
+
+
+def _lr_dropout_args(name: str) -> list[np.ndarray]:
+    key = np.asarray(rng_for(name).integers(0, 2**32, size=4, dtype=np.uint64), dtype=np.uint32)
+    return [key, *_fa_normal(name, (16, 8))]
+
+
+def _lr_dropout_pair(body: Callable[..., Any]) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((LR.N,), ("x",))
+        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), ROWS), out_specs=ROWS, check_vma=False))
+        return shard_map_pair(name, LR.dropout_ref, impl, mesh, _lr_dropout_args(name), ["key", "x"], [P(), ROWS],
+                              body if "# BUG:" in inspect.getsource(body) else None)
+
+    return fn
+
+
+@fixture("lr_rbg_dropout_shardy", "dropout with the rbg PRNG (rng_bit_generator), key replicated, rows split "
+         "over x, Shardy: the partitioner draws the global mask on every device and slices it (correct)")
+def _lr_dropout_shardy(name: str) -> Built:
+    mesh = make_mesh((LR.N,), ("x",))
+    return partitioned_pair(name, LR.dropout_ref, mesh, _lr_dropout_args(name), ["key", "x"], [P(), ROWS], ROWS)
+
+
+fixture("lr_rbg_dropout_shard_map", "rbg dropout in a shard_map: the global mask drawn from the replicated "
+        "key, each device's rows sliced by axis_index (correct)")(_lr_dropout_pair(LR.dropout_body))
+fixture("lr_rbg_dropout_local_mask_shard_map", "rbg dropout in a shard_map drawing a local-shape mask: the same "
+        "mask on every device")(_lr_dropout_pair(LR.dropout_local_mask_body))
+
+
 # ============================================================================================ writing
 
 
@@ -1789,7 +1945,8 @@ def write_fixture(b: Built) -> dict[str, int]:
     files["expected.json"] = (json.dumps(expected, indent=2) + "\n").encode()
     arrays: dict[str, np.ndarray] = {}
     for i, x in enumerate(b.inputs):
-        assert x.dtype in (np.float32, np.int32, np.int64, np.uint64), f"{b.name}: input {i} has dtype {x.dtype}"
+        assert x.dtype in (np.float32, np.int32, np.int64, np.uint32, np.uint64), \
+            f"{b.name}: input {i} has dtype {x.dtype}"
         arrays[f"in_{i}"] = x
     for i, x in enumerate(b.before_out):
         arrays[f"before_out_{i}"] = x

@@ -10,7 +10,8 @@ ones), x%0 = x, oversized shifts give 0 (arithmetic right shift: the sign), floa
 with NaN → 0. This module holds the elementwise kernels and those of the elementwise rows computed from
 attributes (compare, convert, bitcasts, reduce_precision); shape ops, dots and control flow live in
 `kernels_shape.py`, gather/scatter/sort/reduce in `kernels_index.py`, collectives in
-`kernels_collective.py`. Which opcode runs which kernel is written once, in the op registry's records.
+`kernels_collective.py`, convolution in `kernels_conv.py`. Which opcode runs which kernel is written once,
+in the op registry's records.
 """
 from __future__ import annotations
 

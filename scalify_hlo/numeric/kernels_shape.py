@@ -16,6 +16,7 @@ import numpy as np
 from scalify_hlo.ir.nodes import DotDims, Literal, Op
 from scalify_hlo.numeric.kernels_index import int_attr as _ints
 from scalify_hlo.numeric.kernels_index import pad_with
+from scalify_hlo.numeric.kernels_linalg import POTRF_TARGETS, TRSM_TARGETS, lapack_potrf, lapack_trsm
 from scalify_hlo.numeric.values import MAX_TRIPS, NumericUnsupported, Val, as_array, dtype_of
 
 if TYPE_CHECKING:
@@ -208,6 +209,10 @@ def custom_call(m: Machine, op: Op, args: list[Val]) -> list[Val]:
             raise NumericUnsupported(op, f"custom call {target} changes the shape (a manual region of a "
                                      "module that is not partitioned yet)")
         return list(args)
+    if target in POTRF_TARGETS:
+        return lapack_potrf(m, op, args)
+    if target in TRSM_TARGETS:
+        return lapack_trsm(m, op, args)
     if target == "X64Combine":
         lo, hi = (as_array(a).astype(np.uint64) for a in args)
         return [((hi << np.uint64(32)) | lo).view(dtype_of(op.results[0]))]

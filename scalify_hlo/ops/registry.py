@@ -24,13 +24,18 @@ from dataclasses import dataclass
 from scalify_hlo.ir.nodes import Op
 from scalify_hlo.numeric import kernels as K
 from scalify_hlo.numeric import kernels_collective as NC
+from scalify_hlo.numeric import kernels_conv as NV
 from scalify_hlo.numeric import kernels_index as NX
+from scalify_hlo.numeric import kernels_linalg as NL
+from scalify_hlo.numeric import kernels_rng as NR
 from scalify_hlo.numeric import kernels_shape as NS
 from scalify_hlo.numeric.kernels import Kernel
 from scalify_hlo.ops.elementwise import ELEMENTWISE
 from scalify_hlo.rules import collectives as C
+from scalify_hlo.rules import convolution as V
 from scalify_hlo.rules import indexing as X
 from scalify_hlo.rules import layout as L
+from scalify_hlo.rules import linalg as LA
 from scalify_hlo.rules import spmd as S
 from scalify_hlo.rules.facts import Ctx, Fact
 
@@ -57,11 +62,12 @@ OPS: dict[str, OpInfo] = {
     "async_start": OpInfo(NC.async_start),
     "async_update": OpInfo(NS.identity),
     "bitcast": OpInfo(K.bitcast, L.bitcast),
-    "bitcast_convert": OpInfo(K.bitcast_convert, S.elementwise),
+    "bitcast_convert": OpInfo(K.bitcast_convert, S.bitcast_convert),
     "broadcast": OpInfo(NS.broadcast),
     "broadcast_in_dim": OpInfo(NS.broadcast_in_dim, L.broadcast_in_dim),
     "call": OpInfo(NS.call),
     "case": OpInfo(NS.case),
+    "cholesky": OpInfo(NL.cholesky, LA.batched_matrix),
     "collective_broadcast": OpInfo(NC.collective_broadcast),
     "collective_permute": OpInfo(NC.collective_permute, C.collective_permute),
     "collective_permute_done": OpInfo(NS.identity),
@@ -71,6 +77,7 @@ OPS: dict[str, OpInfo] = {
     "concatenate": OpInfo(NS.concatenate, L.concatenate),
     "constant": OpInfo(NS.constant, L.constant),
     "convert": OpInfo(K.convert, S.elementwise),
+    "convolution": OpInfo(NV.convolution, V.convolution),
     "copy": OpInfo(NS.identity, S.identity),
     "create_token": OpInfo(NS.token),
     "custom_call": OpInfo(NS.custom_call),
@@ -98,6 +105,7 @@ OPS: dict[str, OpInfo] = {
     "reshape": OpInfo(NS.reshape, L.reshape),
     "reshard": OpInfo(NS.identity),
     "reverse": OpInfo(NS.reverse, L.reverse),
+    "rng_bit_generator": OpInfo(NR.rng_bit_generator, LA.rng_bit_generator),
     "scatter": OpInfo(NX.scatter, X.scatter),
     "select_and_scatter": OpInfo(NX.select_and_scatter, X.replicated_only),
     "sharding_constraint": OpInfo(NS.identity, S.identity),
@@ -105,6 +113,7 @@ OPS: dict[str, OpInfo] = {
     "sort": OpInfo(NX.sort, X.sort),
     "top_k": OpInfo(NX.top_k, X.sort),
     "transpose": OpInfo(NS.transpose, L.transpose),
+    "triangular_solve": OpInfo(NL.triangular_solve, LA.batched_matrix),
     "tuple": OpInfo(NS.tuple_, S.tuple_),
     "while": OpInfo(NS.while_),
 }

@@ -25,8 +25,9 @@ from scalify_hlo.numeric.machine import Machine, NumericUnsupported, assemble, s
 from scalify_hlo.ops.attrs import region_key, term_attrs
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
 from scalify_hlo.prove import branches, cases, per_device
-from scalify_hlo.rules import boundary, masking
+from scalify_hlo.rules import boundary, linalg, masking
 from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, constant_term, view
+from scalify_hlo.rules.linalg import LAPACK_TARGETS
 from scalify_hlo.terms import evaluate as termeval
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import Term
@@ -334,6 +335,8 @@ def _custom_call(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...
         d.annotated[op.results[0]] = text  # what a GSPMD shard_map's SPMDFullToShardShape reads
     if target in IDENTITY_CUSTOM_CALLS and len(facts) == len(op.results):
         return facts
+    if target in LAPACK_TARGETS:
+        return linalg.lapack(d.ctx, op, facts)
     if target == "SPMDFullToShardShape":
         return boundary.full_to_shard(d.ctx, op, facts, d.annotated.get(op.operands[0]) if op.operands else None)
     if target == "SPMDShardToFullShape":

@@ -62,6 +62,8 @@ def as_op(t: Term) -> Op:
         index = int(attrs.pop("index", 0))
         results = (Value(TensorType(t.type.shape, t.args[0].type.dtype)),
                    Value(TensorType(t.type.shape, t.type.dtype if index == 1 else "i32")))
+    elif "result_types" in attrs:  # one result of a multi-result op (rules/linalg.py): all of them, typed
+        results = tuple(Value(TensorType(tuple(s), str(d))) for s, d in attrs.pop("result_types"))
     elif isinstance(computation, str) and computation in _REDUCER_OPS:
         regions = (_reducer_region(computation, t.type.dtype),)
     elif computation is not None:
