@@ -11,8 +11,9 @@ Entry points: `run` (stacked per-device inputs and outputs), `run_before` (the s
 `run_after` (a partitioned module or a jitted `shard_map`, global inputs in and global outputs out),
 `shard`/`assemble` (global value ↔ per-device stack under a `Layout`); random inputs and the comparison of
 outputs are in `trials.py`.
-The kernels live in `kernels.py` (the registry and the elementwise ops), `kernels_shape.py`,
-`kernels_index.py` and `kernels_collective.py`.
+The kernels live in `kernels.py` (the table the op registry fills, and the elementwise ops),
+`kernels_shape.py`, `kernels_index.py`, `kernels_collective.py`, `kernels_conv.py`, `kernels_linalg.py`
+and `kernels_rng.py`; which opcode runs which is written in `ops/registry.py`.
 """
 
 from __future__ import annotations
