@@ -391,8 +391,6 @@ class _Prover:
         evidence, doubts = prefer_scaling(evidence, scaled), prefer_scaling(doubts, scaled)
         if evidence:
             return self._backed(evidence, doubts, partial)
-        if doubts and (found := self._run_for_evidence(doubts)) is not None:
-            return found
         if doubts:
             reason = doubts[0].reason
             if self.egraph.stats.exhausted:
@@ -424,25 +422,6 @@ class _Prover:
                 return Discrepancy((*evidence[:i], backed, *evidence[i + 1:], *doubts))
         return Unknown(f"not proven: {first.reason} (no counterexample: the programs were not run)",
                        tuple(evidence + doubts))
-
-    def _run_for_evidence(self, doubts: list[Finding]) -> Discrepancy | None:
-        """Outputs the rules could not follow are not known to differ; running both programs (devices
-        simulated, when they are small enough) can still show that they do. A disagreement beyond float32
-        noise is a counterexample: a discrepancy, named where the proof stopped following the program
-        (often the op that is wrong: replica groups no mesh axes explain, a shard taken twice). Agreement
-        proves nothing and leaves the verdict `unknown`."""
-        if self.opts.plain or not _runnable(self.bp, self.ap, self.opts.numeric_limit):
-            return None
-        result = numeric_check(self.bp.module, self.ap.module, self.opts.seed, self._assumed_bounds())
-        cex = result.get("counterexample")
-        if not (result.get("ran") and not result["ok"] and isinstance(cex, Counterexample)):
-            return None
-        k = next((i for i, f in enumerate(doubts) if f"output {cex.output} " in f.reason), 0)
-        first = doubts[k]
-        reason = (f"output {cex.output} differs from the reference when both programs run; the proof stopped "
-                  f"following it here: {first.reason.removeprefix('not proven: ')}")
-        return Discrepancy((dataclasses.replace(first, reason=reason, counterexample=cex),
-                            *doubts[:k], *doubts[k + 1:]))
 
     def _assumed_bounds(self) -> dict[int, tuple[int, int]]:
         """Input index -> promised half-open range, for the random inputs of a numeric run."""
