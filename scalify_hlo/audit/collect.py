@@ -6,21 +6,20 @@ import dataclasses
 from typing import Any
 
 from scalify_hlo.audit.flags import add_flags
-from scalify_hlo.audit.ops import describe, group_of, name_of, traffic, trip_count
+from scalify_hlo.audit.ops import describe, group_of, name_of, traffic
 from scalify_hlo.audit.report import Audit, Collective
+from scalify_hlo.ir.loops import trip_count
 from scalify_hlo.ir.nodes import Module, Op, TensorType, Value, walk
-from scalify_hlo.layout.program import COLLECTIVES, Program, prepare
+from scalify_hlo.layout.program import COLLECTIVES, Program, prepare, prepare_against
 
 
 def audit(module: Module, reference: Module | None = None) -> Audit:
     """The audit of a distributed program; `reference` (the program before partitioning) names its mesh
     axes when the module itself does not."""
-    hint = None
     ref = prepare(reference) if reference is not None else None
-    if ref is not None and not module.meshes:
-        hint = ref.mesh if ref.mesh.size == module.num_partitions and ref.mesh.size > 1 else None
-    prog = prepare(module, hint)
-    names = "module" if module.meshes else "reference" if hint is not None else "positions"
+    prog = prepare_against(module, ref) if ref is not None else prepare(module)
+    hint = ref is not None and not module.meshes and ref.mesh.size == module.num_partitions and ref.mesh.size > 1
+    names = "module" if module.meshes else "reference" if hint else "positions"
     result = Audit(module.path, prog.form, prog.mesh.describe(), prog.mesh.size, axis_names=names)
     producers = {v: op for op in walk(prog.func.body.ops) for v in op.results}
     around: list[tuple[Op, tuple[str, ...], int]] = []  # (collective, loops around it, executions per step)

@@ -9,6 +9,7 @@ named after the before module's `sdy.mesh` when there is one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -162,6 +163,18 @@ def prepare(module: Module, hint: Mesh | None = None) -> Program:
         _layout(sharding_of(a), mesh, v.type, f"sharding of result {i}", module.path)
         for i, (a, v) in enumerate(zip(func.result_attrs, func.outputs, strict=True)))
     return Program(module, func, form, mesh, ins, outs)
+
+
+def prepare_against(module: Module, reference: Program) -> Program:
+    """`module` (a partitioned program) prepared beside the one-device `reference` it was compiled from:
+    the reference's mesh names its axes when the module has none, and a parameter without a sharding is
+    laid out as the reference's in_sharding says. XLA of jax 0.11+ keeps no sharding on the partitioned
+    module's parameters; jit handed it the reference's, like the outputs."""
+    prog = prepare(module, hint=reference.mesh if reference.mesh.size == module.num_partitions else None)
+    if prog.form == "spmd" and prog.mesh == reference.mesh and len(prog.in_layouts) == len(reference.in_layouts):
+        prog = dataclasses.replace(prog, in_layouts=tuple(
+            a if a is not None else b for a, b in zip(prog.in_layouts, reference.in_layouts, strict=True)))
+    return prog
 
 
 def manual_layouts(op: Op, mesh: Mesh) -> tuple[tuple[Layout, ...], tuple[Layout, ...], tuple[str, ...]]:
