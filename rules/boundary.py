@@ -6,16 +6,24 @@ becomes, on each device, its shard under the layout its `Sharding` annotation de
 under that layout. Leaving: the body's value, held under some layout, is the shard of the global result
 under the declared one; a value still partial there is a missing psum, a layout that cannot be viewed
 as the declared one a contradiction (both evidence, backed by running the programs).
+
+What global tensor a shard_map output is (`assemble`, both forms): every device's local value placed at
+the block its coordinates name under the declared out_specs. Copies a value holds the same on every device
+of an axis the out_specs name are tiled (or repeated, the axis minor); axes named in another order, or on
+another dim, than the value is split over permute its blocks: a data movement of the held term, whose
+global shape may differ from it (`P("y", "x")` for a value split `P("x", "y")`).
 """
 
 from __future__ import annotations
 
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, view
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, regroup, view
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Op
 from scalify_hlo.layout import boundary
-from scalify_hlo.layout.mesh import Layout
+from scalify_hlo.layout.mesh import Layout, Mesh
+from scalify_hlo.terms.table import Terms
+from scalify_hlo.terms.term import Term
 
 
 def _held(ctx: Ctx, op: Op, f: Fact) -> Holds | Failed:
@@ -23,6 +31,35 @@ def _held(ctx: Ctx, op: Op, f: Fact) -> Holds | Failed:
     if isinstance(g, Holds | Failed):
         return g
     return ctx.unsupported(op, "an operand that is not a tensor")
+
+
+def assemble(term: Term, have: Layout, want: Layout, mesh: Mesh, terms: Terms) -> Term | None:
+    """The global tensor whose shard under `want` is, on every device, the shard of `term` under `have`:
+    `term`'s dims cut into their block digits (one per axis of `have`, major first) and a local digit,
+    regrouped into `want`'s dims (its axes, then the local digit), repeated along `want`'s axes `have` does
+    not use. None where no such tensor exists: a value that differs along an axis `want` does not name
+    (or is partial), or an uneven split."""
+    if have.partial or want.partial or have.rank != want.rank:
+        return None
+    if not have.split_axes() <= want.split_axes():
+        return None
+    digits: list[list[tuple[str, int]]] = []
+    target: list[list[str]] = []
+    for d, (h, w) in enumerate(zip(have.dims, want.dims, strict=True)):
+        size, n = term.type.shape[d], mesh.size_of(h)
+        if size % n:
+            return None
+        digits.append([*((a, mesh.axis_size(a)) for a in h), (f"_local{d}", size // n)])
+        target.append([*w, f"_local{d}"])
+    new = [(a, mesh.axis_size(a)) for w in want.dims for a in w if a not in have.split_axes()]
+    return regroup(terms, term, digits, target, new)
+
+
+def leave(term: Term, have: Layout, want: Layout, mesh: Mesh, terms: Terms) -> Term | None:
+    """The global result of a shard_map output held as `term` under `have` and declared `want`: `view`
+    where it applies (the terms the rest of the prover builds), else `assemble`."""
+    seen = view(term, have, want.dims, mesh, terms)
+    return seen if seen is not None else assemble(term, have, want, mesh, terms)
 
 
 def full_to_shard(ctx: Ctx, op: Op, facts: tuple[Fact, ...], operand_sharding: str | None) -> tuple[Fact, ...]:
@@ -55,7 +92,7 @@ def shard_to_full(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
         return (ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "
                          f"{{{axes}}} is missing", evidence=True, origin=g.origin,
                          expected=ctx.describe(declared), found=ctx.describe(g.layout), partial=True),)
-    term = view(g.term, g.layout, declared.dims, ctx.mesh, ctx.terms)
+    term = leave(g.term, g.layout, declared, ctx.mesh, ctx.terms)
     if term is None:
         return (ctx.fail(op, f"shard_map declares its output as {ctx.describe(declared)} but the value is laid out "
                          f"as {ctx.describe(g.layout)}", evidence=True, origin=g.origin,

@@ -11,8 +11,19 @@ cyclic collective-permute rolls the shards. `partition-id` starts the device-dep
 from __future__ import annotations
 
 import numpy as np
-from scalify_hlo.rules import argreduce
-from scalify_hlo.rules.facts import Blocks, Ctx, Fact, Failed, Holds, Varying, regroup, upstream
+from scalify_hlo.rules import argreduce, perblock
+from scalify_hlo.rules.facts import (
+    Blocks,
+    Ctx,
+    Fact,
+    Failed,
+    Holds,
+    PerBlock,
+    Varying,
+    regroup,
+    unshifted,
+    upstream,
+)
 from scalify_hlo.rules.spmd import axes_text
 
 from scalify_hlo.ir.dtypes import numpy_dtype
@@ -56,6 +67,8 @@ def all_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
 def all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: Reducer) -> Fact:
     if isinstance(f, Failed):
         return upstream(f, op)
+    if isinstance(f, PerBlock):
+        return perblock.all_reduce(ctx, f, axes, reducer)
     if not isinstance(f, Holds):
         return ctx.unsupported(op, "an all-reduce of a non-tensor")
     layout, term = f.layout, f.term
@@ -132,7 +145,7 @@ def all_gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     dim = int(op.attrs["all_gather_dim"])  # type: ignore[arg-type]
     out: list[Fact] = []
     for f in facts:
-        f = ctx.lift(f) if isinstance(f, Varying) else f
+        f = ctx.lift(f) if isinstance(f, Varying) else unshifted(ctx, f)
         if isinstance(axes, Failed) or isinstance(f, Failed):
             bad = axes if isinstance(axes, Failed) else f
             assert isinstance(bad, Failed)
@@ -201,6 +214,8 @@ def reduce_scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...
         return (axes,)
     if reducer is None:
         return (ctx.unsupported(op, "a reduce-scatter whose body is not a single add/max/min"),)
+    if isinstance(f, PerBlock):
+        return (upstream(f.failure, op),)
     reduced = all_reduce_one(ctx, op, ctx.lift(f) if isinstance(f, Varying) else f, axes, reducer)
     if not isinstance(reduced, Holds):
         return (reduced,)
@@ -245,25 +260,29 @@ def _all_to_all_same_dim(ctx: Ctx, op: Op, f: Holds, axes: tuple[str, ...], d: i
     stacked along `d` by source. It moves the split over `axes` from the dim `s` that had it (its shard
     index becomes dim `d`) to the chunks of dim `d`: onto the next dim when the chunks have size 1 (how
     XLA reshards sequence → heads: [.., n, 1, ..] → all-to-all → transpose → reshape), else as the
-    major part of `d`. The new global value is a data movement of the old one."""
+    major part of `d`. A dim `d` already split over other axes `B` keeps them, major: its chunks are cut
+    from each device's block (how XLA takes a sorted dim whole: rows split over dp, the sorted columns
+    moved from tp onto the rows). The new global value is a data movement of the old one."""
     layout, v = f.layout, f.term
     n = ctx.mesh.size_of(axes)
     s = next((i for i, dd in enumerate(layout.dims) if dd[len(dd) - len(axes):] == axes and dd), None)
-    if s is None or s == d or layout.dims[d]:
-        return ctx.unsupported(op, f"an all-to-all along dim {d} of a value laid out as {ctx.describe(layout)}")
     shape = v.type.shape
+    nd = ctx.mesh.size_of(layout.dims[d])
+    if s is None or s == d or shape[d] % (nd * n):
+        return ctx.unsupported(op, f"an all-to-all along dim {d} of a value laid out as {ctx.describe(layout)}")
     before_a = layout.dims[s][: len(layout.dims[s]) - len(axes)]
     nb = ctx.mesh.size_of(before_a)
     m = shape[s] // (nb * n)
-    k = shape[d] // n
+    k = shape[d] // (nd * n)
     e = d + 1 if k == 1 and d + 1 < len(shape) and not layout.dims[d + 1] else None
-    # Digits of V: dim s = (b, j, i), dim d = (c, kk), other dims as they are.
+    # Digits of V: dim s = (b, j, i), dim d = (bd, c, kk) (bd: the block over d's own axes), other dims
+    # as they are.
     fine: list[tuple[str, int]] = []
     for i, size in enumerate(shape):
         if i == s:
             fine += [("b", nb), ("j", n), ("i", m)]
         elif i == d:
-            fine += [("c", n), ("kk", k)]
+            fine += [("bd", nd), ("c", n), ("kk", k)]
         else:
             fine.append((f"x{i}", size))
     target: list[list[str]] = []
@@ -271,7 +290,7 @@ def _all_to_all_same_dim(ctx: Ctx, op: Op, f: Holds, axes: tuple[str, ...], d: i
         if i == s:
             target.append(["b", "i"])
         elif i == d:
-            target.append(["j", "kk"] if e is not None else ["c", "j", "kk"])
+            target.append(["bd", "j", "kk"] if e is not None else ["bd", "c", "j", "kk"])
         elif i == e:
             target.append(["c", f"x{i}"])
         else:
@@ -287,7 +306,10 @@ def _all_to_all_same_dim(ctx: Ctx, op: Op, f: Holds, axes: tuple[str, ...], d: i
     t = ctx.terms.apply("reshape", (t,), (), TensorType(gshape, dtype))
     dims = list(layout.dims)
     dims[s] = before_a
-    dims[e if e is not None else d] = axes
+    if e is not None:
+        dims[e] = axes
+    else:
+        dims[d] = (*layout.dims[d], *axes)
     return Holds(t, Layout(tuple(dims), layout.partial), f.origin)
 
 

@@ -18,7 +18,7 @@ from typing import TypeAlias
 import numpy as np
 
 from scalify_hlo.ir.errors import ShardingError
-from scalify_hlo.ir.nodes import Literal, Op, TensorType
+from scalify_hlo.ir.nodes import Literal, Op, TensorType, Value
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.numeric.machine import assemble, shard
 from scalify_hlo.terms.table import Terms
@@ -30,6 +30,21 @@ class Holds:
     term: Term
     layout: Layout
     origin: Op | None = None  # the after-op that made the value partial: where a collective is missing
+    # For a scalar partial over axes `A` made by a local reduce of a split tensor: the blockwise
+    # reduction, element b_A(c) of which device `c` holds (its block's reduction), and `A` (`PerBlock`).
+    blocks: tuple[Term, tuple[str, ...]] | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PerBlock:
+    """A scalar that differs per device by its data (rules/perblock.py): on device `c`, element `b_A(c)`
+    of `term` (shape `[n_A]`; `b_A(c)`: the mixed-radix index of `c`'s coordinates over `axes`, first
+    major), e.g. the reduction of the device's block of a tensor split over `axes`. `failure` is what
+    reading the value as a partial one found: reported wherever the value cannot be carried on."""
+
+    term: Term
+    axes: tuple[str, ...]
+    failure: Failed
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -134,7 +149,7 @@ class Blocks:
 
 
 Masked: TypeAlias = Shifted | InWindow | Lookup
-Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked | Blocks
+Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked | Blocks | PerBlock
 
 
 def view(term: Term, have: Layout, want: tuple[tuple[str, ...], ...], mesh: Mesh, terms: Terms) -> Term | None:
@@ -248,6 +263,22 @@ def lift_as(ctx: Ctx, f: Varying, layout: Layout) -> Holds | None:
     return Holds(constant_term(full, TensorType(full.shape, f.type.dtype), ctx.terms), layout)
 
 
+def unshifted(ctx: Ctx, f: Fact) -> Fact:
+    """A `Shifted` index without a window (`ids + axis_index * n` everywhere, no mask taken of it) as the
+    plain tensor it is, `base + offsets` under the base's layout, when its offsets are the shards of a
+    constant tensor there (the block offsets of indices into a split dim); anything else unchanged."""
+    if not isinstance(f, Shifted) or f.window is not None or f.base.layout.partial:
+        return f
+    base = f.base
+    local = base.layout.local_shape(base.term.type.shape, ctx.mesh)
+    shift = np.asarray(f.shift).reshape((-1, *([1] * len(local))))
+    offsets = Varying(np.broadcast_to(shift, (shift.shape[0], *local)), TensorType(local, base.term.type.dtype))
+    held = lift_as(ctx, offsets, base.layout)
+    if held is None:
+        return f
+    return Holds(ctx.terms.apply("add", (base.term, held.term), (), base.term.type), base.layout, base.origin)
+
+
 def constant_term(values: np.ndarray, type: TensorType, terms: Terms) -> Term:
     """A term for a small constant tensor; an iota when it is one (GSPMD materialises offsets)."""
     if type.rank >= 1 and values.size > 1:
@@ -270,6 +301,10 @@ class Ctx:
     varying: Callable[[Op, tuple[Fact, ...]], Fact | None]  # evaluate index arithmetic per device
     known: Callable[[Term], int] = lambda t: 0  # 2: the reference computes this term, 1: a like one
     source: Callable[[Varying], Op | None] = lambda v: None  # the op that computed a device-varying value
+    uses: Callable[[Value], int] = lambda v: 2  # how often the program reads a value (2 where not counted)
+    # Partial scalars re-read as per-device values (rules/perblock.py): the blockwise term and the failure
+    # reading it as partial found. An output that reads the term and differs is reported as that failure.
+    per_block: list[tuple[Term, Failed]] = dataclasses.field(default_factory=list)
 
     def fail(self, op: Op, reason: str, *, evidence: bool, origin: Op | None = None,
              expected: str | None = None, found: str | None = None, partial: bool = False) -> Failed:

@@ -17,6 +17,7 @@ from scalify_hlo.ir.nodes import GatherDims, Literal, Op, ScatterDims, TensorTyp
 from scalify_hlo.layout.groups import match_axis_index
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
+from scalify_hlo.ops.reducers import COLLECTIVE_NAME
 from scalify_hlo.terms.term import Term
 
 
@@ -65,7 +66,18 @@ def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
                                  f"{sizes[d]} × the index of the device along any mesh axes: not a shard",
                                  evidence=True),)
             axes = match[0]
-            if set(axes) & (x.layout.split_axes() | x.layout.partial_axes()):
+            if set(axes) & x.layout.partial_axes():
+                # Each device's block of its own partial sum: no layout. Named after the op that left the value
+                # partial (a gradient all-reduced over the wrong axes, say), where the fix goes. Where nothing
+                # else reads the value, the other blocks of every partial sum are lost, so a whole value was
+                # needed here (a ring reduce-scatter reads its partial sums block by block: not this).
+                sole = ctx.uses(op.operands[0]) == 1
+                partial = dict(x.layout.partial)
+                missing = COLLECTIVE_NAME[next(partial[a] for a in axes if a in partial)]
+                reason = f"{op.opcode}: a dynamic-slice taking a shard over {list(axes)} of a value still partial " \
+                    "over them" + (f"; a {missing} over them is missing before it" if sole else "")
+                return (ctx.fail(op, reason, evidence=sole, origin=x.origin, partial=sole),)
+            if set(axes) & x.layout.split_axes():
                 # Legal and no layout (the collective matmul's lhs column block (i - k) mod n of rows split
                 # over the same axis): not evidence, so the case split by device may still follow it.
                 return (ctx.unsupported(op, f"a dynamic-slice taking a shard over {list(axes)} of a value "
@@ -116,6 +128,16 @@ def dynamic_update_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fac
     x, u = ops
     if x.layout.partial != u.layout.partial:
         return (ctx.fail(op, "dynamic-update-slice of values with different partial axes", evidence=True),)
+    # Both are seen under the most split layout either can be viewed as: a replicated operand is the shard
+    # of its tiling, so a slot written with an update split over `A` (a scan stacking per-layer values
+    # batch-split over fsdp into a buffer made of zeros) makes a result split over `A` alike.
+    layout = x.layout if view(u.term, u.layout, x.layout.dims, ctx.mesh, ctx.terms) is not None else \
+        join([x.layout, u.layout])
+    xt = None if layout is None else view(x.term, x.layout, layout.dims, ctx.mesh, ctx.terms)
+    ut = None if layout is None else view(u.term, u.layout, layout.dims, ctx.mesh, ctx.terms)
+    if layout is None or xt is None or ut is None:
+        return (ctx.fail(op, "dynamic-update-slice of an update laid out unlike its operand", evidence=True),)
+    # Local shapes are the same under either view: only the global reading changes.
     xlocal = x.layout.local_shape(x.term.type.shape, ctx.mesh)
     ulocal = u.layout.local_shape(u.term.type.shape, ctx.mesh)
     idx: list[Term] = []
@@ -123,15 +145,13 @@ def dynamic_update_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fac
         off = _offsets(ctx, s)
         if isinstance(off, np.ndarray) or off is None:
             return (ctx.unsupported(op, f"device-dependent update offsets along dim {d}"),)
-        if x.layout.dims[d] and (ulocal[d] != xlocal[d] or u.layout.dims[d] != x.layout.dims[d]):
+        if layout.dims[d] and ulocal[d] != xlocal[d]:
+            # (Where the update covers the whole local dim, XLA clamps the offset to 0 on every device.)
             return (ctx.unsupported(op, f"an update inside dim {d}, which is split"),)
-        idx.append(off if isinstance(off, Term) else ctx.terms.scalar(float(0 if x.layout.dims[d] else off),
+        idx.append(off if isinstance(off, Term) else ctx.terms.scalar(float(0 if layout.dims[d] else off),
                                                                       _index_dtype(starts)))
-    ut = view(u.term, u.layout, x.layout.dims, ctx.mesh, ctx.terms)
-    if ut is None:
-        return (ctx.fail(op, "dynamic-update-slice of an update laid out unlike its operand", evidence=True),)
-    term = ctx.terms.apply("dynamic_update_slice", (x.term, ut, *idx), (), x.term.type)
-    return (Holds(term, x.layout, x.origin),)
+    term = ctx.terms.apply("dynamic_update_slice", (xt, ut, *idx), (), xt.type)
+    return (Holds(term, layout, x.origin),)
 
 
 def gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
@@ -201,35 +221,6 @@ def replicated_only(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ..
         t = r.tensor
         key = (*attrs, ("index", i)) if len(op.results) > 1 else attrs
         out.append(Holds(ctx.terms.apply(op.opcode, args, key, t), Layout.replicated(t.rank)))
-    return tuple(out)
-
-
-def sort(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    """`sort` and `top_k` along a dim whole on every device act row by row: shard by shard along the other
-    dims (top_k works on the last dim; the indices it returns are positions in a whole row, so global).
-    All operands must be laid out alike (sort's keys and the values sorted with them)."""
-    ops = holds_operands(ctx, op, facts)
-    if isinstance(ops, Failed):
-        return tuple(ops for _ in op.results)
-    if not any(h.layout.split_axes() for h in ops) or any(h.layout.partial for h in ops):
-        return replicated_only(ctx, op, facts)
-    rank = ops[0].layout.rank
-    dim = rank - 1 if op.opcode == "top_k" else int(op.attrs.get("dimension", -1))  # type: ignore[arg-type]
-    dim = dim + rank if dim < 0 else dim
-    layout = join([h.layout for h in ops])
-    if layout is None or layout.dims[dim]:
-        what = "laid out differently" if layout is None else f"split along the sorted dim {dim}"
-        return tuple(ctx.unsupported(op, f"{op.opcode} of operands {what}") for _ in op.results)
-    viewed = [view(h.term, h.layout, layout.dims, ctx.mesh, ctx.terms) for h in ops]
-    if any(t is None for t in viewed):
-        return tuple(ctx.unsupported(op, f"{op.opcode} of operands laid out differently") for _ in op.results)
-    args = tuple(t for t in viewed if t is not None)
-    attrs = term_attrs(op)
-    out: list[Fact] = []
-    for i, r in enumerate(op.results):
-        gshape = tuple(n * ctx.mesh.size_of(d) for n, d in zip(r.tensor.shape, layout.dims, strict=True))
-        key = (*attrs, ("index", i)) if len(op.results) > 1 else attrs
-        out.append(Holds(ctx.terms.apply(op.opcode, args, key, TensorType(gshape, r.tensor.dtype)), layout))
     return tuple(out)
 
 

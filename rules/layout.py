@@ -12,8 +12,20 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scalify_hlo.rules import argreduce
-from scalify_hlo.rules.facts import Blocks, Ctx, Fact, Failed, Holds, Varying, join, regroup, view
+from scalify_hlo.rules import argreduce, perblock
+from scalify_hlo.rules.facts import (
+    Blocks,
+    Ctx,
+    Fact,
+    Failed,
+    Holds,
+    PerBlock,
+    Varying,
+    join,
+    regroup,
+    unshifted,
+    view,
+)
 
 from scalify_hlo.ir.nodes import Op, TensorType
 from scalify_hlo.layout.mesh import Layout
@@ -22,7 +34,7 @@ from scalify_hlo.layout.mesh import Layout
 def holds_operands(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> list[Holds] | Failed:
     out = []
     for f in facts:
-        g = ctx.lift(f) if isinstance(f, Varying) else f
+        g = ctx.lift(f) if isinstance(f, Varying) else unshifted(ctx, f)
         if isinstance(g, Failed):
             return Failed(g.reason, op, g.evidence, g.origin)
         if not isinstance(g, Holds):
@@ -51,6 +63,8 @@ def broadcast_in_dim(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, .
     (f,) = facts
     if isinstance(f, Blocks):
         return (argreduce.reshape(ctx, op, f),)
+    if isinstance(f, PerBlock):
+        return (perblock.broadcast(ctx, op, f),)
     if isinstance(f, Varying):
         out_t = op.result.tensor
         dims = tuple(op.attrs["broadcast_dimensions"])  # type: ignore[arg-type]
@@ -118,6 +132,8 @@ def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     reference program computes (it is how the partitioner got there), else the first."""
     if len(facts) == 1 and isinstance(facts[0], Blocks):
         return (argreduce.reshape(ctx, op, facts[0]),)
+    if len(facts) == 1 and isinstance(facts[0], PerBlock):
+        return (perblock.broadcast(ctx, op, facts[0]),)
     ops = _prelude(ctx, op, facts)
     if isinstance(ops, tuple):
         return ops

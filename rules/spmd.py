@@ -9,13 +9,14 @@ or says why not: with `evidence=True` when the layouts contradict each other (th
 
 from __future__ import annotations
 
-from scalify_hlo.rules import argreduce
+from scalify_hlo.rules import argreduce, perblock
 from scalify_hlo.rules.facts import (
     Blocks,
     Ctx,
     Fact,
     Failed,
     Holds,
+    PerBlock,
     TupleFact,
     Varying,
     join,
@@ -88,6 +89,9 @@ def _partial_allowed(op: Op, partial: list[bool], reducer: Reducer) -> bool:
 
 
 def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    if any(isinstance(f, PerBlock) for f in facts):
+        lifted = [ctx.lift(f) if isinstance(f, Varying) else f for f in facts]
+        return (perblock.combine(ctx, op, op.opcode, term_attrs(op), op.result.tensor, lifted),)
     holds = list(facts)
     if any(isinstance(f, Varying) for f in holds):
         computed = ctx.varying(op, facts)
@@ -120,11 +124,14 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         axes = frozenset(a for a, _ in partial)
         if len(reducers) != 1 or not _partial_allowed(op, is_partial, next(iter(reducers))):
             r = next(iter(reducers))
-            return (ctx.fail(
+            failure = ctx.fail(
                 op, f"{op.opcode} is applied to a value that is still partial over {axes_text(ctx, axes)} "
                 f"(each device holds a partial {r.value}); a {COLLECTIVE_NAME[r]} over {axes_text(ctx, axes)} "
                 "is missing before it", evidence=True, origin=origin,
-                expected="no partial axes", found=ctx.describe(Layout((), partial)), partial=True),)
+                expected="no partial axes", found=ctx.describe(Layout((), partial)), partial=True)
+            # Each device's local reduction of its block, used per device: carried on as the scalar per
+            # device it is (the failure reported where it cannot be).
+            return (perblock.reread(ctx, op, tuple(hs), failure),)
     dims = join([Layout(h.layout.dims) for h in hs])
     if dims is None:
         return (_misaligned(ctx, op, hs),)
@@ -269,7 +276,8 @@ def reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     gshape = tuple(s for i, s in enumerate(x.term.type.shape) if i not in red)
     term = ctx.terms.apply("reduce", (x.term, init.term), (("dimensions", red), ("reducer", reducer.value)),
                            TensorType(gshape, op.result.tensor.dtype))
-    return (Holds(term, layout, op if split else x.origin),)
+    blocks = perblock.blockwise(ctx, x, init.term, reducer, op.result.tensor.dtype) if split and not x.layout.partial and not gshape else None
+    return (Holds(term, layout, op if split else x.origin, blocks),)
 
 
 def _variadic_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

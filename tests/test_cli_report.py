@@ -122,7 +122,7 @@ def test_no_value_numbering_of_the_tool_in_reports() -> None:
 def test_unknown_is_worded_as_not_proven() -> None:
     from scalify_hlo.report.verdicts import Finding, Report, Unknown
 
-    out = _rendered("window_lookup_vocab_shard_map")
+    out = _rendered("embed_vocab_shard_map")
     assert "verdict: unknown — not proven: " in out and "differ" not in out
     report = Report(Unknown("output 0 differs from the reference: the values part ways at mul",
                             (Finding("output 0 differs from the reference: the values part ways at mul"),)), "b", "a")

@@ -7,10 +7,16 @@ without a counterexample.
 
 from __future__ import annotations
 
-import pytest
-from conftest import fixtures
+import sys
+from typing import Any
 
+import pytest
+from conftest import REPO, fixtures
+
+from scalify_hlo import parsers
+from scalify_hlo.layout.program import Program, prepare
 from scalify_hlo.prove.engine import Options, prove
+from scalify_hlo.prove.evidence import computes_in_low_precision, runnable
 
 BUGS = {f.name: f for f in fixtures() if f.expected["verdict"] == "discrepancy"}
 # Bugs that leave a value partial where a whole one is needed: found without running anything.
@@ -33,3 +39,35 @@ def test_too_big_to_run(name: str) -> None:
     if fx.bug_site is not None:
         assert report.findings[0].after is not None
         assert report.findings[0].after.source == fx.bug_site, report.render()
+
+
+# -- what is run for evidence: programs whose run is bounded, in float32 or wider ------------------------
+
+def _lowered(f: object, *args: object) -> Program:
+    import jax
+
+    return prepare(parsers.loads(jax.jit(f).lower(*args).as_text(), "f.mlir"))  # type: ignore[arg-type]
+
+
+def test_loops_count_once_per_trip() -> None:
+    """A nest of `fori_loop`s runs 2 ** depth bodies: too long to run at depth 30, fine at depth 2. A loop
+    whose trip count was not read (its condition not yet seen) counted once, and the proof hung running
+    the depth-30 nest."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from programs import nested_loops
+
+    for depth, runs in ((2, True), (30, False)):
+        before, after = nested_loops.lower(depth, "trips")
+        bp, ap = prepare(parsers.loads(before, "b.mlir")), prepare(parsers.loads(after, "a.mlir"))
+        assert runnable(bp, ap, 1 << 24) is runs, depth
+
+
+def test_low_precision_programs_are_not_run_for_evidence() -> None:
+    """bf16 sums in another order drift past the float32 tolerance: no counterexample from them."""
+    import jax.numpy as jnp
+
+    def f(x: Any) -> Any:
+        return x.sum(0) * 2
+
+    assert computes_in_low_precision(_lowered(f, jnp.ones((8, 4), jnp.bfloat16)))
+    assert not computes_in_low_precision(_lowered(f, jnp.ones((8, 4), jnp.float32)))

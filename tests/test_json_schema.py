@@ -53,7 +53,7 @@ def test_reports_carry_only_documented_fields_and_every_field_is_seen() -> None:
     reports = [_report("llama_block_shardy"),  # equivalent, HLO sites
                _report("megatron_mlp_shard_map_missing_psum", "--numeric"),  # discrepancy, numeric check
                _report("mut_replica_groups_swapped"),  # discrepancy in HLO: instruction and ir
-               _report("window_lookup_vocab_shard_map")]  # unknown, with hints
+               _report("embed_vocab_shard_map")]  # unknown, with hints (--assume)
     seen: set[str] = set()
     for r in reports:
         assert r["schema"] == SCHEMA == 1

@@ -37,11 +37,14 @@ def test_shard_map_lookup_needs_the_assumption(name: str, input_name: str) -> No
     assert f"assuming: {input_name} in [0, 32)" in text, text
 
 
-def test_assumption_wider_than_the_table_is_not_proven() -> None:
-    # ids in [32, 40) would be clamped to row 31 by the reference and summed to 0 by the shards
-    _, verdict, text = run("embed_vocab_shard_map", ids=(0, 40))
-    assert verdict == "unknown", text
-    assert "[0, 40)" in text and "keep only [0, 32)" in text, text
+def test_assumption_wider_than_the_table_is_a_discrepancy_under_it() -> None:
+    # ids in [32, 40) are clamped to row 31 by the reference and summed to 0 by the shards: never proven,
+    # and running both programs on ids drawn from the assumed range shows the difference
+    fx, verdict, text = run("embed_vocab_shard_map", ids=(0, 40))
+    assert verdict == "discrepancy", text
+    assert "assuming: ids in [0, 40)" in text, text
+    report = prove(fx.before, fx.after, Options(assume={"ids": (0, 40)}))
+    assert report.findings[0].counterexample is not None, text
 
 
 @pytest.mark.parametrize("name", ["embed_vocab_shard_map_no_mask", "embed_vocab_shard_map_wrong_offset"])

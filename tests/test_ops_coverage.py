@@ -1,7 +1,7 @@
 """Negative tests for the op-coverage rules (issue 14): sort/top_k shard by shard, argmax term evaluation.
 
 A sort along a dim that is split is a sort of each block, not of the row: it must not come out
-`equivalent` (the rule refuses it). The mutants are text edits of fixture `oc_sort_cols_shard_map`.
+`equivalent` (the rule reads it as the sort of the blocks, another term). The mutants are text edits of fixture `oc_sort_cols_shard_map`.
 """
 
 from __future__ import annotations

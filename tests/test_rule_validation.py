@@ -320,3 +320,13 @@ def test_constant_folds_are_exact_rational_arithmetic() -> None:
                 egraph.check(eq(f(const(a), const(b))).to(const(py[name](a, b))))
     for a in values:
         egraph.check(eq(algebra.r_neg(const(a))).to(const(-a)))
+
+
+def test_identities_keep_their_tensor_variables() -> None:
+    """No identity makes or drops a tensor variable (x·1 = x keeps x; only constants come and go): what
+    `egraph.Heads` relies on to answer, without saturating, that two terms never meet."""
+    sym = algebra.Ops(add=frozenset.union, sub=frozenset.union, mul=frozenset.union, div=frozenset.union,
+                      neg=lambda a: a, one=frozenset(), zero=frozenset())
+    xs = (frozenset("x"), frozenset("y"), frozenset("z"))
+    for ident in algebra.IDENTITIES:
+        assert ident.lhs(sym, *xs) == ident.rhs(sym, *xs), ident.name

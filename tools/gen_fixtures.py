@@ -55,6 +55,7 @@ if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 
 from programs import (  # noqa: E402
+    block_reductions,
     control_flow,
     convolution,
     dp_mean,
@@ -63,6 +64,7 @@ from programs import (  # noqa: E402
     linalg_rng,
     llama,
     llama_train,
+    localisation,
     loss_dp,
     megatron,
     moe,
@@ -74,6 +76,7 @@ from programs import (  # noqa: E402
     ring_attention,
     rmsnorm,
     rope_sp,
+    sorting,
     soundness,
     symbolic_layouts,
     train,
@@ -933,6 +936,36 @@ def _llama_train_adamw(name: str) -> Built:
                             out_specs)
 
 
+@fixture("llama_train_scan_shardy", "training step of 2 single-head causal attention blocks under lax.scan over "
+         "layer-stacked weights (q/k/v/o over fsdp x tp, batch over fsdp), SGD, Shardy, vs the module after SPMD "
+         "partitioning (the forward loop stacks batch-split residuals into buffers of zeros, the backward loop each "
+         "layer's weight gradients, all-reduced over fsdp)")
+def _llama_train_scan(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("fsdp", "tp"))
+    in_specs, out_specs = llama_train.scanned_specs()
+    return partitioned_pair(name, llama_train.scan_train_step, mesh, llama_train.init_scanned(rng_for(name)),
+                            ["params", "x"], in_specs, out_specs)
+
+
+@fixture("mut_llama_train_scan_wo_grad_allreduce_wrong_axis", "llama_train_scan_shardy after.hlo with the all-reduce "
+         "of the wo weight gradient inside the backward loop (partial sums over the fsdp-split batch) moved from "
+         "the fsdp groups to the tp groups")
+def _mut_llama_train_scan_wo_grad(name: str) -> Built:
+    base = "llama_train_scan_shardy"
+    text = build(base).after_text
+    old, new = "[4,2]<=[2,4]T(1,0)", "[2,4]<=[8]"  # the fsdp groups, the tp groups
+    wo_line = next(i for i, ln in enumerate(inspect.getsourcelines(llama_train.scan_block)[0],
+                                            inspect.getsourcelines(llama_train.scan_block)[1]) if 'p["wo"]' in ln)
+    targets = [n for n in hlo_instructions(text, "all-reduce")
+               if f"replica_groups={old}," in hlo_instruction_line(text, n)[1]
+               and (src := hlo_source_of(text, n)) is not None and src[1] == wo_line]
+    assert len(targets) == 1, f"{name}: expected one all-reduce over fsdp from line {wo_line}, got {targets}"
+    idx, line = hlo_instruction_line(text, targets[0])
+    new_text = replace_line(text, idx, line.replace(f"replica_groups={old},", f"replica_groups={new},"))
+    return mutated(name, base, new_text, targets[0], f"all-reduce {targets[0]} (the wo weight gradient summed "
+                   f"over fsdp, in the backward loop): replica_groups {old} changed to {new}")
+
+
 @fixture("train_adam_shardy", "Adam training step (bias-corrected, int32 step count) of a small MLP with "
          "softmax cross-entropy (int32 labels) returning (loss, new params, new m/v/count); FSDPxTP params and "
          "moments, batch over fsdp, Shardy, vs the module after SPMD partitioning")
@@ -1543,6 +1576,31 @@ fixture("sl_out_specs_yx_replicated_x_shard_map", "x + 1 with x split over y alo
 fixture("sl_out_specs_xy_replicated_x_shard_map", "x + 1 with x split over y alone and out_specs "
         "P(('x','y')) (the whole x twice) against a reference repeating each block")(
     _sl_pair(SL.repeat_y_blocks_ref, SL.plus_one_tiled_body, [P("y", None)], P(("x", "y"), None)))
+fixture("sl_out_specs_tile_shard_map", "tanh of rows split over x, out_specs P(('y','x')) over the copies "
+        "held along y: jnp.tile of the whole (correct)")(
+    _sl_pair(SL.tile_rows_ref, SL.tanh_body, [P("x", None)], P(("y", "x"), None), shapes=[(8, 4)]))
+fixture("sl_out_specs_tile_repeated_shard_map", "tanh of rows split over x, out_specs P(('x','y')) repeat each "
+        "block where the reference tiles the whole")(
+    _sl_pair(SL.tile_rows_ref, SL.tanh_blocks_repeated_body, [P("x", None)], P(("x", "y"), None), shapes=[(8, 4)]))
+fixture("sl_gather_out_specs_concat_shard_map", "all_gather over y of x split P(y, x), out_specs "
+        "P(None, ('y','x')): jnp.concatenate of copies of x (correct)")(
+    _sl_pair(SL.concat_columns_ref, SL.gather_rows_body, [P("y", "x")], P(None, ("y", "x")), shapes=[(8, 8)]))
+fixture("sl_gather_out_specs_repeated_shard_map", "all_gather over y of x split P(y, x), out_specs "
+        "P(None, ('x','y')) repeat each column block where the reference concatenates copies of x")(
+    _sl_pair(SL.concat_columns_ref, SL.gather_rows_repeated_body, [P("y", "x")], P(None, ("x", "y")),
+             shapes=[(8, 8)]))
+fixture("sl_out_specs_swapped_transpose_shard_map", "blocks of P(x, y) transposed, out_specs P(y, x): the "
+        "whole transpose (correct)")(
+    _sl_pair(SL.sin_transposed_ref, SL.sin_transposed_body, [P("x", "y")], P("y", "x"), shapes=[(8, 8)]))
+fixture("sl_out_specs_swapped_reshape_shard_map", "blocks of P(x, y) reshaped to the transposed shape, out_specs "
+        "P(y, x), against the whole transpose")(
+    _sl_pair(SL.sin_transposed_ref, SL.sin_reshaped_body, [P("x", "y")], P("y", "x"), shapes=[(8, 8)]))
+fixture("sl_out_specs_swapped_grid_shard_map", "cos of x split P(x, y) returned with out_specs P(y, x): block "
+        "(i, j) at block (j, i) of a [16, 4] tensor (correct)")(
+    _sl_pair(SL.block_grid_swapped_ref, SL.cos_body, [P("x", "y")], P("y", "x"), shapes=[(8, 8)]))
+fixture("sl_out_specs_swapped_grid_rows_shard_map", "cos of x split P(x, y) with each block's rows reversed, "
+        "out_specs P(y, x), against the block permutation of cos(x)")(
+    _sl_pair(SL.block_grid_swapped_ref, SL.cos_rows_swapped_body, [P("x", "y")], P("y", "x"), shapes=[(8, 8)]))
 fixture("sl_collective_matmul_wrong_direction_shard_map", "collective matmul whose ring sends i -> i-1 while the "
         "lhs column blocks (idx - k) mod n are taken for i -> i+1")(
     _sl_pair(SL.matmul_ref, SL.collective_matmul_wrong_direction_body, [P("x", None), P("x", None)],
@@ -1748,6 +1806,87 @@ fixture("oc_top_k_rows_shard_map", "lax.top_k (k=4) of each whole row, rows spli
 fixture("oc_top_k_smallest_shard_map", "top_k of the negated rows: the 4 smallest where the largest are "
         "meant")(_oc_pair(OC.top_k_ref, OC.top_k_smallest_body, (16, 32), ROWS, (ROWS, ROWS)))
 
+
+
+# ------------------------------------------------------------ sort / top-k along a split dim (issue 14)
+# Programs: tools/programs/sorting.py. XLA's partitioning of sort, argsort and top_k with the sorted dim
+# split over tp (2 x 4 mesh), text mutations as twins; distributed top-k by hand in a shard_map with its
+# `# BUG:` twins. Inputs are small integers as floats: many ties, which the merge must break as the
+# reference does (the lower index first).
+
+ST = sorting
+
+
+def _st_ties(name: str, shape: tuple[int, ...]) -> list[np.ndarray]:
+    return [rng_for(name).integers(0, 8, size=shape).astype(np.float32)]
+
+
+def _st_partitioned(ref: Callable[..., Any], out_spec: Any, shardy: bool = True) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh(ST.MESH_2D, ("dp", "tp"))
+        return partitioned_pair(name, ref, mesh, _st_ties(name, (8, 32)), ["x"], [P("dp", "tp")], out_spec,
+                                shardy=shardy)
+
+    return fn
+
+
+def _st_shard_map(body: Callable[..., Any]) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((ST.N,), ("x",))
+        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(None, "x"),), out_specs=(P(), P()),
+                                     check_vma=False))
+        return shard_map_pair(name, ST.top_k_ref, impl, mesh, _st_ties(name, (8, 64)), ["x"], [P(None, "x")],
+                              body if "# BUG:" in inspect.getsource(body) else None)
+
+    return fn
+
+
+fixture("sort_split_dim_shardy", "jnp.sort along the dim split over tp (2x4 mesh), Shardy: all-to-all onto "
+        "the rows, sort of whole rows, all-to-all back (correct)")(
+    _st_partitioned(ST.sort_ref, P("dp", "tp")))
+fixture("sort_argsort_split_dim_gspmd", "jnp.argsort along the dim split over tp (2x4 mesh), GSPMD: the sort of "
+        "(values, iota) resharded by all-to-alls (correct)")(
+    _st_partitioned(ST.argsort_ref, P("dp", "tp"), shardy=False))
+fixture("top_k_split_dim_shardy", "lax.top_k (k=4) along the dim split over tp (2x4 mesh), Shardy: "
+        "all-gathers, HLO topk of whole rows, the device's rows sliced out (correct)")(
+    _st_partitioned(ST.top_k_ref, (P("dp"), P("dp"))))
+
+
+@fixture("sort_split_dim_descending_mutated", "sort_split_dim_shardy after.hlo with the sort comparator's LT "
+         "turned into GT (descending)")
+def _st_sort_descending(name: str) -> Built:
+    text = build("sort_split_dim_shardy").after_text
+    hits = [n for n in hlo_instructions(text, "compare")
+            if "direction=LT, type=TOTALORDER" in hlo_instruction_line(text, n)[1]]
+    assert len(hits) == 1, f"expected one total-order LT compare, got {hits}"
+    idx, line = hlo_instruction_line(text, hits[0])
+    new = replace_line(text, idx, line.replace("direction=LT", "direction=GT"))
+    sorts = hlo_instructions(text, "sort")
+    assert len(sorts) == 1, sorts
+    return mutated(name, "sort_split_dim_shardy", new, hits[0], f"{hits[0]}: the sort comparator LT turned into GT",
+                   source_instruction=sorts[0])
+
+
+@fixture("top_k_split_dim_rows_swapped_mutated", "top_k_split_dim_shardy after.hlo with the per-device row "
+         "offsets {0, 4} swapped: each dp group keeps the other group's rows")
+def _st_top_k_rows_swapped(name: str) -> Built:
+    text = build("top_k_split_dim_shardy").after_text
+    hits = [n for n in hlo_instructions(text, "constant") if "constant({0, 4})" in hlo_instruction_line(text, n)[1]]
+    assert len(hits) == 1, f"expected one row-offset table, got {hits}"
+    idx, line = hlo_instruction_line(text, hits[0])
+    new = replace_line(text, idx, line.replace("constant({0, 4})", "constant({4, 0})"))
+    return mutated(name, "top_k_split_dim_shardy", new, hits[0], f"{hits[0]}: row offsets {{0, 4}} swapped")
+
+
+fixture("top_k_merged_shard_map", "distributed top-k (k=4) over the vocab split on x: local top_k, indices "
+        "+ axis_index * block, tiled all_gathers, top_k of the candidates, take_along_axis (correct)")(
+    _st_shard_map(ST.top_k_merged_body))
+fixture("top_k_merged_stacked_shard_map", "distributed top-k with untiled all_gathers flattened into the "
+        "candidates (correct)")(_st_shard_map(ST.top_k_merged_stacked_body))
+fixture("top_k_merged_local_ids_shard_map", "distributed top-k whose candidate indices lack the shard "
+        "offset")(_st_shard_map(ST.top_k_local_ids_body))
+fixture("top_k_merged_too_few_shard_map", "distributed top-k (k=4) that keeps one candidate per device")(
+    _st_shard_map(ST.top_k_too_few_body))
 
 
 # ------------------------------------------------------------------------ convolution (issue 14)
@@ -1964,6 +2103,73 @@ def write_fixture(b: Built) -> dict[str, int]:
     return sizes
 
 
+# ------------------------------------ block reductions used per device (issue 12): tools/programs/block_reductions.py
+BR = block_reductions
+fixture("br_cond_on_block_sum_shard_map", "lax.cond on the sign of each device's block sum, against jnp.where "
+        "on the blockwise sums (correct)")(
+    _sl_pair(BR.cond_block_ref, BR.cond_block_body, [P("x", None)], P("x", None), two_axes=False, shapes=[(32, 4)]))
+fixture("br_cond_on_summed_blocks_shard_map", "lax.cond on the psum of the block sums where the reference "
+        "decides block by block")(
+    _sl_pair(BR.cond_block_ref, BR.cond_block_summed_body, [P("x", None)], P("x", None), two_axes=False,
+             shapes=[(32, 4)]))
+fixture("br_count_blocks_shard_map", "psum of a per-device flag (block max > 1): how many blocks hold a large "
+        "value (correct)")(
+    _sl_pair(BR.count_blocks_ref, BR.count_blocks_body, [P("x", None)], P(), two_axes=False, shapes=[(32, 4)]))
+fixture("br_count_blocks_pmax_shard_map", "pmax of the per-device flags where the reference counts the blocks")(
+    _sl_pair(BR.count_blocks_ref, BR.count_blocks_pmax_body, [P("x", None)], P(), two_axes=False, shapes=[(32, 4)]))
+fixture("br_sum_blocks_xy_shard_map", "psum over (x, y) of x split P(x, y), against the reference's reshape into "
+        "the block grid and sum over both block dims (correct)")(
+    _sl_pair(BR.sum_blocks_xy_ref, BR.sum_blocks_xy_body, [P("x", "y")], P(), shapes=[(8, 16)]))
+fixture("br_mean_blocks_xy_shard_map", "pmean over (x, y) of x split P(x, y) where the reference sums the "
+        "block grid")(
+    _sl_pair(BR.sum_blocks_xy_ref, BR.mean_blocks_xy_body, [P("x", "y")], P(), shapes=[(8, 16)]))
+
+
+# ------------------------------------------- localisation (issue 16): tools/programs/localisation.py
+def _loc_pair(ref: Callable[..., Any], body: Callable[..., Any], specs: Any,
+              make: Callable[[np.random.Generator], list[np.ndarray]]) -> Callable[[str], Built]:
+    """A shard_map pair over the mesh ("dp", "tp") = (2, 4) of tools/programs/localisation.py."""
+    def fn(name: str) -> Built:
+        mesh = make_mesh(tuple(n for _, n in localisation.MESH), tuple(a for a, _ in localisation.MESH))
+        (ins, out), args = specs, make(rng_for(name.removesuffix("_bug")))
+        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=ins, out_specs=out))
+        return shard_map_pair(name, ref, impl, mesh, args, ["x", "y"], ins,
+                              body if "# BUG:" in inspect.getsource(body) else None)
+
+    return fn
+
+
+def _loc_mask_args(rng: np.random.Generator) -> list[np.ndarray]:
+    return [rng.standard_normal((8, 2)).astype(np.float32), rng.integers(-4, 5, (8, 2)).astype(np.int32)]
+
+
+def _loc_compare_args(rng: np.random.Generator) -> list[np.ndarray]:
+    return [rng.standard_normal((4, 8)).astype(np.float32), rng.integers(-4, 5, (8, 8)).astype(np.int32)]
+
+
+def _loc_loop_args(rng: np.random.Generator) -> list[np.ndarray]:
+    return [rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((8,)).astype(np.float32)]
+
+
+LOC = localisation
+fixture("loc_mask_constant_shard_map", "int mask of columns (iota + axis_index) % 3 == 0 applied per device, then "
+        "a product and a row mask (correct)")(
+    _loc_pair(LOC.mask_ref, LOC.mask_body, LOC.MASK_SPECS, _loc_mask_args))
+fixture("loc_mask_constant_shard_map_bug", "the column mask keeps % 3 == 1 (once named at the product after it)")(
+    _loc_pair(LOC.mask_ref, LOC.mask_body_bug, LOC.MASK_SPECS, _loc_mask_args))
+fixture("loc_compare_gather_shard_map", "a 0/1 compare, rows picked by axis_index, all_gather over tp, matmul "
+        "(correct)")(
+    _loc_pair(LOC.compare_ref, LOC.compare_body, LOC.GATHER_SPECS, _loc_compare_args))
+fixture("loc_compare_gather_shard_map_bug", "the compare flipped (<) before the gather")(
+    _loc_pair(LOC.compare_ref, LOC.compare_body_bug, LOC.GATHER_SPECS, _loc_compare_args))
+fixture("loc_loop_scale_shard_map", "fori_loop tanh(c) * 0.5 + x, then a bias and per-device column offsets "
+        "(correct)")(
+    _loc_pair(LOC.loop_ref, LOC.loop_body, LOC.LOOP_SPECS, _loc_loop_args))
+fixture("loc_loop_scale_shard_map_bug", "the loop body scales the carry by 0.25 (once named at the add after the "
+        "loop)")(
+    _loc_pair(LOC.loop_ref, LOC.loop_body_bug, LOC.LOOP_SPECS, _loc_loop_args))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="+", metavar="NAME", help="generate only these fixtures")
@@ -1999,3 +2205,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -118,7 +118,6 @@ REASONS: dict[str, str] = {
     "mhlo.log2": "elementwise op without a kernel yet",
     "mhlo.minimum_broadcast_shapes": _DYNAMIC,
     "mhlo.stochastic_convert": "randomised rounding: not deterministic",
-    "mhlo.topk": "XLA's top-k (HLO `topk`); JAX's lax.top_k is chlo.top_k",
     "mhlo.trace": "a debugging trace with side effects",
     "mhlo.xla.rng_get_and_update_state": "XLA's RNG state (compiled modules only)",
     "sdy.all_gather": _SDY_COLLECTIVE,
@@ -161,7 +160,8 @@ REASONS: dict[str, str] = {
     "stablehlo.uniform_quantize": "quantized types not modelled",
     "stablehlo.custom_call @CustomSPMDPartitioning": "jax custom_partitioning: an opaque user kernel",
     "stablehlo.custom_call @InspectSharding": "jax.debug.inspect_array_sharding: a host callback",
-    "stablehlo.custom_call @TopK": "XLA's top-k custom call: not modelled yet",
+    "stablehlo.custom_call @TopK": "XLA's top-k custom call (compiled modules only; the SPMD dump has HLO "
+                                   "`topk`): its comparator body is not recognised yet",
     "stablehlo.custom_call @xla.sdy.GlobalToLocalShape": "Shardy round-trip through HLO: not modelled yet",
     "stablehlo.custom_call @xla.sdy.LocalToGlobalShape": "Shardy round-trip through HLO: not modelled yet",
     "stablehlo.custom_call @xla.sdy.PropagationBarrier": _INTERNAL_SDY,
@@ -171,8 +171,11 @@ REASONS: dict[str, str] = {
 # Handled ops whose handling depends on more than the opcode.
 PARTIAL: dict[str, str] = {
     "stablehlo.custom_call": "by call target (the `@` rows); any other target is unsupported",
-    "stablehlo.sort": "along a dim whole on every device (the other dims may be split); along a split dim unknown",
-    "chlo.top_k": "of rows whole on every device (the other dims may be split); along a split dim unknown",
+    "stablehlo.sort": "operands laid out alike; along a split dim each device sorts its block (read as the "
+                      "split moved onto another dim: XLA's all-to-all resharding around a sort is proven)",
+    "chlo.top_k": "rows whole on every device, or a split last dim as the blocks' candidates; their merge "
+                  "(offsets, gather in block order, top-k again, take_along_axis) is proven (terms/topk.py)",
+    "mhlo.topk": "XLA's HLO `topk`, read as chlo.top_k (rows whole, or the blocks' candidates of a split dim)",
     "stablehlo.reduce_window": "windows along dims whole on every device; a window over a split dim (XLA's "
                                "partitioned cumsum) is unknown",
     "stablehlo.reduce": "variadic bodies over a split dim only when JAX's argmax/argmin comparator",

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -36,10 +37,24 @@ from scalify_hlo.numeric.values import NumericUnsupported, Val, as_array, dtype_
 
 # ---------------------------------------------------------------------------------------- interpreter
 
+class Trace(Protocol):
+    """Watches an execution (localisation, `prove/origin.py`): every op run and every region entered, with
+    the values, on every machine of the run (a shard_map body's too; not a reducer's scalar body)."""
+
+    def began(self, machine: Machine, op: Op) -> None: ...
+
+    def ran(self, machine: Machine, op: Op, args: Sequence[Val], outs: Sequence[Val]) -> None: ...
+
+    def entered(self, machine: Machine, region: Region, args: Sequence[Val]) -> None: ...
+
+
+TRACE: ContextVar[Trace | None] = ContextVar("scalify_numeric_trace", default=None)
+
+
 class Machine:
     """One simulated execution: `devices` instances of a program run in lock step along axis 0."""
 
-    __slots__ = ("cache", "devices", "env", "module", "replicas")
+    __slots__ = ("cache", "devices", "env", "module", "replicas", "trace")
 
     def __init__(self, module: Module | None, devices: int, replicas: int = 1,
                  cache: dict[int, tuple[Op, np.ndarray]] | None = None) -> None:
@@ -51,6 +66,7 @@ class Machine:
         # id(constant op) → (op, array); holding the op keeps its id from being reused by another op.
         self.cache: dict[int, tuple[Op, np.ndarray]] = {} if cache is None else cache
         self.env: dict[Value, Val] = {}
+        self.trace = TRACE.get()
 
     @property
     def partitions(self) -> int:
@@ -74,6 +90,8 @@ class Machine:
             raise ValueError(f"region takes {len(region.args)} arguments, got {len(args)}")
         env = self.env
         env.update(zip(region.args, args, strict=True))
+        if self.trace is not None:
+            self.trace.entered(self, region, args)
         for op in region.ops:
             self._exec(op)
         return [env[v] for v in region.results]
@@ -87,6 +105,7 @@ class Machine:
             return [np.zeros(shape, dtype_of(v)) for v in region.results]
         flat = [np.broadcast_to(a, shape).reshape(n) for a in args]
         sub = Machine(self.module, n, 1, self.cache)
+        sub.trace = None  # (elements of one op, not values of the program)
         return [as_array(o).reshape(shape) for o in sub.region(region, flat)]
 
     def manual(self, op: Op, args: Sequence[Val]) -> list[Val]:
@@ -137,6 +156,8 @@ class Machine:
             args = [self.env[v] for v in op.operands]
         except KeyError:
             raise NumericUnsupported(op, "an operand is not defined in the evaluated scope") from None
+        if self.trace is not None:
+            self.trace.began(self, op)
         try:
             outs = kernel(self, op, args)
         except (NumericUnsupported, ShardingError):
@@ -154,6 +175,8 @@ class Machine:
                     raise NumericUnsupported(op, f"its kernel produced {a.dtype}{list(a.shape)} for "
                                              f"{v.type} on {self.devices} devices")
             self.env[v] = out
+        if self.trace is not None:
+            self.trace.ran(self, op, args, outs)
 
 
 def _sdy_mesh(module: Module | None, op: Op) -> Mesh:

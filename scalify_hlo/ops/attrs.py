@@ -64,7 +64,60 @@ def _attrs(op: Op, index: dict[Value, int], free: dict[Value, int]) -> tuple[tup
         # differently, and the name is what the split-dim rule checks.
         arg = arg_reducer_of(op.regions[0]) if len(op.regions) == 1 and op.opcode == "reduce" else None
         # Nested bodies share the numbering: a use of an enclosing body's value names that value.
+        # A sort's comparator is keyed by its dataflow (`comparator_key`): XLA's HLO lists it in
+        # another order and leaves out the default comparison type.
+        comparator = comparator_key(op.regions[0]) if op.opcode == "sort" and len(op.regions) == 1 else None
         key: Any = (reducer.value if reducer is not None else arg if arg is not None
+                    else (comparator,) if comparator is not None
                     else tuple(_region_key(r, index, free) for r in op.regions))
         attrs = (*attrs, ("computation", key))
     return attrs
+
+
+def _default_compare(dtype: str) -> str:
+    return "FLOAT" if dtype.startswith(("f", "bf")) else "UNSIGNED" if dtype.startswith(("ui", "i1")) else "SIGNED"
+
+
+def comparator_key(region: Region) -> tuple[Any, ...] | None:
+    """A `region_key` of a flat scalar body that depends only on its dataflow: values numbered in the
+    post-order of the results' expression trees (operands left to right), equal expressions once, dead
+    ops left out, a comparison type that is its operands' default dropped (JAX spells it, XLA does not).
+    Two bodies with the same key compute the same function of their arguments. None for bodies with
+    nested bodies, multi-result ops or values from outside."""
+    defs: dict[Value, Op] = {}
+    for op in region.ops:
+        if op.regions or len(op.results) != 1:
+            return None
+        defs[op.results[0]] = op
+    number: dict[Value, int] = {v: i for i, v in enumerate(region.args)}
+    seen: dict[Any, int] = {}  # an op's (opcode, operand numbers, attrs) -> its number
+    items: list[tuple[Any, ...]] = []
+
+    def visit(v: Value) -> int | None:
+        if v in number:
+            return number[v]
+        op = defs.get(v)
+        if op is None:
+            return None
+        ins: list[int] = []
+        for a in op.operands:
+            n = visit(a)
+            if n is None:
+                return None
+            ins.append(n)
+        attrs = _attrs(op, {}, {})
+        if op.opcode == "compare" and op.operands:
+            kind = op.attrs.get("compare_type")
+            if kind is None or kind == _default_compare(op.operands[0].tensor.dtype):
+                attrs = tuple((k, x) for k, x in attrs if k != "compare_type")
+        item = (op.opcode, tuple(ins), attrs)
+        if item not in seen:
+            seen[item] = len(region.args) + len(items)
+            items.append(item)
+        number[v] = seen[item]
+        return number[v]
+
+    outs = [visit(r) for r in region.results]
+    if any(n is None for n in outs):
+        return None
+    return (len(region.args), tuple(items), tuple(outs))

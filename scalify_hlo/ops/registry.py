@@ -36,6 +36,7 @@ from scalify_hlo.rules import convolution as V
 from scalify_hlo.rules import indexing as X
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import linalg as LA
+from scalify_hlo.rules import sorting as SO
 from scalify_hlo.rules import spmd as S
 from scalify_hlo.rules.facts import Ctx, Fact
 
@@ -110,8 +111,9 @@ OPS: dict[str, OpInfo] = {
     "select_and_scatter": OpInfo(NX.select_and_scatter, X.replicated_only),
     "sharding_constraint": OpInfo(NS.identity, S.identity),
     "slice": OpInfo(NS.slice_, L.slice_),
-    "sort": OpInfo(NX.sort, X.sort),
-    "top_k": OpInfo(NX.top_k, X.sort),
+    "sort": OpInfo(NX.sort, SO.sort),
+    "top_k": OpInfo(NX.top_k, SO.top_k),
+    "topk": OpInfo(NX.top_k, SO.top_k),
     "transpose": OpInfo(NS.transpose, L.transpose),
     "triangular_solve": OpInfo(NL.triangular_solve, LA.batched_matrix),
     "tuple": OpInfo(NS.tuple_, S.tuple_),

@@ -16,9 +16,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from scalify_hlo.ir.nodes import Op, Region, TensorType
+from scalify_hlo.ir.nodes import Op, Region, TensorType, walk
 from scalify_hlo.layout.mesh import Layout
-from scalify_hlo.rules.facts import Fact, Failed, Holds, join, view
+from scalify_hlo.rules import perblock
+from scalify_hlo.rules.facts import Fact, Failed, Holds, PerBlock, join, view
 from scalify_hlo.terms.term import Term
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ def conditional(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
     if value is not None:
         return d.region(branches[taken(op, value)], ())
     g = d.lift(facts[0])
+    if isinstance(g, PerBlock):
+        return _per_device(d, op, g)
     if not isinstance(g, Holds):
         return tuple(d.ctx.unsupported(op, "a branch index that differs from device to device") for _ in op.results)
     if g.layout.partial:
@@ -69,6 +72,25 @@ def conditional(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
         index = d.terms.apply("convert", (index,), (), TensorType((), "i32"))
     derived = [d.region(r, ()) for r in branches]
     return tuple(_result(d, op, index, [b[j] for b in derived]) for j in range(len(op.results)))
+
+
+def _per_device(d: Deriver, op: Op, index: PerBlock) -> tuple[Fact, ...]:
+    """An index that is a per-device scalar of the data (rules/perblock.py): every device runs every
+    branch (they are pure) and selects its own result. Not where a branch communicates: devices taking
+    different branches would not meet in its collective."""
+    if any(inner.opcode in COLLECTIVES for r in op.regions for inner in walk(r.ops)):
+        return tuple(d.ctx.unsupported(op, "a branch index that differs per device, around a collective")
+                     for _ in op.results)
+    derived = [d.region(r, (), keep_blocks=True) for r in ordered(op)]
+    out: list[Fact] = []
+    for j, r in enumerate(op.results):
+        lifted = [d.lift(b[j]) for b in derived]
+        failed = next((f for f in lifted if isinstance(f, Failed)), None)
+        if failed is not None:  # as in `_result`: only a branch that runs makes it wrong
+            out.append(dataclasses.replace(failed, partial=False))
+            continue
+        out.append(perblock.select_branches(d.ctx, op, index, lifted, r.tensor, op.opcode == "if"))
+    return tuple(out)
 
 
 def _result(d: Deriver, op: Op, index: Term, facts: Sequence[Fact]) -> Fact:

@@ -10,6 +10,7 @@ same term.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,7 +27,10 @@ from scalify_hlo.ops.attrs import region_key, term_attrs
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
 from scalify_hlo.prove import branches, cases, per_device
 from scalify_hlo.rules import boundary, linalg, masking
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, constant_term, view
+from scalify_hlo.rules import collectives as C
+from scalify_hlo.rules import layout as L
+from scalify_hlo.rules import spmd as S
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, PerBlock, Varying, constant_term
 from scalify_hlo.rules.linalg import LAPACK_TARGETS
 from scalify_hlo.terms import evaluate as termeval
 from scalify_hlo.terms.table import Terms
@@ -60,7 +64,11 @@ class Deriver:
         self.facts: dict[Value, Fact] = {}
         self.resync = resync
         self.progress: Callable[[int, int], None] | None = None
-        self.ctx = Ctx(terms, mesh, self.fold, self.lift, self.varying, known or (lambda t: 0), self.source)
+        # How often each value is read (operands and region results, nested regions included), for the
+        # rules that may call a value wrong only where nothing else reads it.
+        self.uses: dict[Value, int] = {}
+        self.ctx = Ctx(terms, mesh, self.fold, self.lift, self.varying, known or (lambda t: 0), self.source,
+                       lambda v: self.uses.get(v, 2))
         self._fold_cache: dict[int, np.ndarray | None] = {}
         # Provenance of device-varying values, for localisation: which op computed a Varying, and which
         # Varying a lifted constant term came from.
@@ -102,14 +110,20 @@ class Deriver:
         """A fresh derivation over the same terms and mesh (one case of a case split)."""
         return Deriver(self.terms, self.mesh, resync=self.resync, known=self.ctx.known)
 
-    def region(self, region: Region, args: Sequence[Fact]) -> tuple[Fact, ...]:
+    def region(self, region: Region, args: Sequence[Fact], keep_blocks: bool = False) -> tuple[Fact, ...]:
+        reads = _reads(region)
+        for v in (*region.args, *(r for op in region.ops for r in op.results)):
+            self.uses[v] = reads.get(v, 0)
         for v, f in zip(region.args, args, strict=True):
             self.facts[v] = f
         for i, op in enumerate(region.ops):
             self.op(op)
             if self.progress is not None and i % 1024 == 1023:
                 self.progress(i + 1, len(region.ops))
-        return tuple(self.facts[v] for v in region.results)
+        # A per-device scalar leaves a region only into a conditional that selects with it (`keep_blocks`);
+        # elsewhere (loops, shard_map and program outputs) it is the failure found reading it as partial.
+        return tuple(f.failure if isinstance(f, PerBlock) and not keep_blocks else f
+                     for f in (self.facts[v] for v in region.results))
 
     def op(self, op: Op) -> None:
         facts = tuple(self.facts[v] for v in op.operands)
@@ -117,6 +131,8 @@ class Deriver:
         out: tuple[Fact, ...]
         if failed is not None and op.opcode not in ("tuple", "get_tuple_element"):
             out = tuple(failed for _ in op.results)
+        elif (block := next((f for f in facts if isinstance(f, PerBlock)), None)) is not None and not _carries(op):
+            out = tuple(block.failure for _ in op.results)  # a per-device scalar where it is not modelled
         elif masking.applies(self.ctx, op, facts) and (steps := masking.transfer(self.ctx, op, facts)) is not None:
             out = steps
         elif op.opcode in self.hooks:
@@ -222,6 +238,13 @@ class Deriver:
         return Failed("a device-dependent value that is not the shard of any tensor", None, False)
 
 
+def _carries(op: Op) -> bool:
+    """Whether `op`'s rule carries per-device scalars (`PerBlock`, rules/perblock.py) on."""
+    info = OPS.get(op.opcode)
+    return op.opcode in ("case", "if", "tuple", "get_tuple_element") or (
+        info is not None and info.transfer in (S.elementwise, S.identity, C.all_reduce, L.broadcast_in_dim, L.reshape))
+
+
 _PLAIN_OPAQUE = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
                  "collective_broadcast")
 
@@ -243,6 +266,16 @@ def _opaque(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         args = (held[i],) if per_operand else tuple(held)
         out.append(Holds(d.terms.mk(op.opcode, args, attrs, t), Layout.replicated(t.rank)))
     return tuple(out)
+
+
+def _reads(region: Region) -> Counter[Value]:
+    """How often each value is read inside `region`: as an operand or a result, nested regions included."""
+    reads: Counter[Value] = Counter(region.results)
+    for op in walk(region.ops):
+        reads.update(op.operands)
+        for inner in op.regions:
+            reads.update(inner.results)
+    return reads
 
 
 def while_terms(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
@@ -413,9 +446,12 @@ def _leave_manual(d: Deriver, op: Op, f: Fact, declared: Layout, res: Value) -> 
         return ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "
                         f"{{{axes}}} is missing", evidence=True, origin=f.origin,
                         expected=ctx.describe(declared), found=ctx.describe(f.layout), partial=True)
-    term = view(f.term, f.layout, declared.dims, d.mesh, d.terms)
+    term = boundary.leave(f.term, f.layout, declared, d.mesh, d.terms)
     if term is None:
         return ctx.fail(op, f"shard_map declares its output as {ctx.describe(declared)} but the value is laid out "
                         f"as {ctx.describe(f.layout)}", evidence=True, origin=f.origin,
                         expected=ctx.describe(declared), found=ctx.describe(f.layout))
+    if term.type.shape != res.tensor.shape:
+        return ctx.unsupported(op, f"a result of global shape {list(term.type.shape)}, declared "
+                               f"{list(res.tensor.shape)}")
     return Holds(term, Layout.replicated(declared.rank))

@@ -6,6 +6,11 @@ high-level `register` costs milliseconds per expression, DESIGN §4), saturates 
 compares the e-classes and pops. Subterms both sides share are fed as opaque leaves: they are equal by
 construction and the rules need not look inside them. Finite float constants are fed as their exact
 rationals (`RConst`), and each op homogeneous in an argument (`algebra.HOMOGENEOUS`) with the fact saying so.
+
+Before any e-graph is built, a pair whose sides differ in what no rewrite changes (`Heads`: the opaque leaves
+and the generic ops) is answered "not proven" outright: the answer saturation would give, whatever the
+budget, at the price of one walk. A derivation that stays out of step (a difference the rules do not model)
+asks at every later value; those questions stop there instead of saturating ever larger regions.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +48,7 @@ class Stats:
     max_nodes: int = 0
     seconds: float = 0.0
     exhausted: int = 0
+    ruled_out: int = 0  # questions answered "not provable" by `Heads`, without an e-graph
 
 
 def _lit(v: Any) -> Any:
@@ -199,24 +205,38 @@ class EGraph:
         return out
 
     # -- questions -------------------------------------------------------------------------------------
-    def equal(self, pairs: Sequence[tuple[Term, Term]], leaves: frozenset[int], key: tuple[Any, ...] | None = None,
+    def equal(self, pairs: Sequence[tuple[Term, Term]], leaves: frozenset[int],
+              key: tuple[Any, ...] | Callable[[], tuple[Any, ...]] | None = None,
               first: bool = False) -> tuple[bool, ...]:
         """For each pair, whether the rules prove both sides equal (leaves are opaque). `first`: the pairs
-        are alternatives (candidates for one value), so saturation stops at the first one proven."""
+        are alternatives (candidates for one value), so saturation stops at the first one proven. `key`
+        (or a function making it, called only when an e-graph would be built) memoizes the answer."""
         self.stats.questions += 1
+        started = time.perf_counter()
+        # What saturation could never prove is answered first (`Heads`): most failing questions stop here.
+        heads = Heads(leaves)
+        open_ = [i for i, (a, b) in enumerate(pairs) if a.id == b.id or heads.of(a) == heads.of(b)]
+        if not open_:
+            self.stats.ruled_out += 1
+            self.stats.seconds += time.perf_counter() - started
+            return tuple(False for _ in pairs)
+        if callable(key):
+            key = key()
         if key is not None and key in self._memo:
             self.stats.memo_hits += 1
+            self.stats.seconds += time.perf_counter() - started
             return self._memo[key]
-        started = time.perf_counter()
+        answers = [False] * len(pairs)
         self.stats.egraph_calls += 1
         self.raw.run_program(bindings.Push(1))
         try:
-            roots = [t for pair in pairs for t in pair]
-            fed = self._feed_pruned(roots, leaves)
-            self.stats.nodes_fed += fed
-            result = self._saturate_and_compare(pairs, first)
+            asked = [pairs[i] for i in open_]  # only these are fed: the others cannot meet
+            self.stats.nodes_fed += self._feed_pruned([t for pair in asked for t in pair], leaves)
+            for i, proven in zip(open_, self._saturate_and_compare(asked, first), strict=True):
+                answers[i] = proven
         finally:
             self.raw.run_program(bindings.Pop(_SPAN, 1))
+        result = tuple(answers)
         self.stats.seconds += time.perf_counter() - started
         if key is not None:
             self._memo[key] = result
@@ -277,6 +297,44 @@ class EGraph:
         (report,) = self.raw.run_program(bindings.PrintSize(_SPAN, None))
         assert isinstance(report, bindings.PrintAllFunctionsSize)
         return sum(int(n) for _, n in report.sizes)
+
+
+class Heads:
+    """What no rewrite changes: the opaque leaves and the heads (name, type, attributes) of the generic ops
+    in a term, as fed (`EGraph._node`).
+
+    Every rule of `rules/algebra.py` keeps, from its left side to its right, the same pattern variables
+    standing for tensors and the same generic heads: only typed arithmetic (+ − × ÷ negation) and
+    constants appear or vanish (x·1 = x, x − y = x + (−y), op(c·x) = c·op(x), ...). Congruence and
+    hash-consing keep it too, so all terms of one e-class have one set of these, and two terms with
+    different sets are never proven equal, whatever the budget: such a question need not be asked
+    (`tests/test_rule_validation.py` checks every identity keeps its variables)."""
+
+    def __init__(self, leaves: frozenset[int]) -> None:
+        self.leaves = leaves
+        self._memo: dict[int, frozenset[Any]] = {}
+
+    def of(self, root: Term) -> frozenset[Any]:
+        if root.id in self._memo:
+            return self._memo[root.id]
+        out: set[Any] = set()
+        seen: set[int] = set()
+        stack = [root]
+        while stack:
+            t = stack.pop()
+            if t.id in seen:
+                continue
+            seen.add(t.id)
+            if t.id in self.leaves:
+                out.add(("leaf", t.id))
+            elif t.op in ("constant", "broadcast_in_dim") and scalar_exact(t) is not None:
+                continue  # a constant: rules fold, make and drop them
+            else:
+                if _typed(t) is None:
+                    out.add((t.op, type_text(t), attr_text(t.attrs)))
+                stack.extend(t.args)
+        self._memo[root.id] = result = frozenset(out)
+        return result
 
 
 def _changed(reports: Any) -> bool:

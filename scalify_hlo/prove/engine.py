@@ -3,31 +3,31 @@
 `verify(before, after)` reads both modules, derives the before program's terms (one-device mesh) and
 the after program's facts (its mesh, parameters seeded from their shardings), keeps the two in step
 (`sync.py`), and checks every output: the fact must be resolved, laid out as declared, and its term
-proven equal to the reference's. Only then is the verdict `Equivalent`.
+proven equal to the reference's. Only then is the verdict `Equivalent`. Counterexamples, without which
+no `Discrepancy` is reported, come from `evidence.py`; the options are in `options.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 import scalify_hlo.parsers as parsers  # (installed from ./parsers: mypy cannot follow the mapping)
 from scalify_hlo.ir import _jaxlib
-from scalify_hlo.ir.dtypes import numpy_dtype
-from scalify_hlo.ir.errors import MismatchError, Span, UnsupportedError, UsageError
+from scalify_hlo.ir.errors import MismatchError, Span, UsageError
 from scalify_hlo.ir.nodes import Module, Op, TensorType, walk
 from scalify_hlo.layout.mesh import Layout, Mesh
-from scalify_hlo.layout.program import Program, prepare
-from scalify_hlo.numeric import machine as numeric
-from scalify_hlo.numeric.oracle import numeric_check
+from scalify_hlo.layout.program import Program, prepare, prepare_against
+from scalify_hlo.prove import carried
 from scalify_hlo.prove.derive import Deriver, loop_term, while_terms
-from scalify_hlo.prove.egraph import Budget, EGraph
+from scalify_hlo.prove.egraph import EGraph
+from scalify_hlo.prove.evidence import Evidence, param_name, partial_counterexample
 from scalify_hlo.prove.localize import localize_blocks, localize_failure, localize_mismatch
+from scalify_hlo.prove.options import Options
+from scalify_hlo.prove.origin import Tracer, refine, refine_verdict
 from scalify_hlo.prove.scaling import localize_scaling, prefer_scaling
 from scalify_hlo.prove.sync import Sync
 from scalify_hlo.report.verdicts import (
@@ -39,9 +39,9 @@ from scalify_hlo.report.verdicts import (
     Report,
     Unknown,
 )
+from scalify_hlo.rules import perblock
 from scalify_hlo.rules.facts import Fact, Failed, Holds, Varying, view
 from scalify_hlo.terms import block_equality, blockwise
-from scalify_hlo.terms.evaluate import NotEvaluable, evaluate
 from scalify_hlo.terms.joins import is_constant
 from scalify_hlo.terms.ranges import dtype_bounds
 from scalify_hlo.terms.table import Terms
@@ -55,18 +55,6 @@ class _RefLoop:
     op: Op
     inits: tuple[Holds, ...]
     results: tuple[Fact, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    budget: Budget = field(default_factory=Budget)
-    seed: int = 0
-    numeric_limit: int = 1 << 24  # elements: term evaluation for counterexamples only below this
-    plain: bool = False  # same-device-count equivalence (two per-device or two global programs, no layouts)
-    progress: Callable[[str, int, int], None] | None = None  # (stage, ops done, ops in the stage)
-    # Input name -> half-open range [lo, hi) its integer values are promised to lie in (token ids):
-    # the verdict then holds for those inputs only, and the report says so.
-    assume: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def load(source: str | Path | Module) -> Module:
@@ -86,12 +74,7 @@ def prove(before: str | Path | Module, after: str | Path | Module, options: Opti
     timings["parse"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     bp = prepare(bm)
-    ap = prepare(am, hint=bp.mesh if bp.mesh.size == am.num_partitions else None)
-    if ap.form == "spmd" and ap.mesh == bp.mesh and len(ap.in_layouts) == len(bp.in_layouts):
-        # XLA of jax 0.11+ keeps no sharding on the partitioned module: a parameter without one is laid
-        # out as the before program's in_sharding says (jit hands those to XLA), like the outputs.
-        ap = dataclasses.replace(ap, in_layouts=tuple(a or b for a, b in zip(ap.in_layouts, bp.in_layouts,
-                                                                               strict=True)))
+    ap = prepare_against(am, bp)
     timings["mesh"] = time.perf_counter() - t0
     _check_pair(bp, ap, opts.plain)
     _check_assumptions(bp, opts.assume)
@@ -111,6 +94,7 @@ def prove(before: str | Path | Module, after: str | Path | Module, options: Opti
         "egraph_max_nodes": prover.egraph.stats.max_nodes,
         "egraph_seconds": round(prover.egraph.stats.seconds, 4),
         "egraph_budget_exhausted": prover.egraph.stats.exhausted,
+        "egraph_ruled_out": prover.egraph.stats.ruled_out,  # questions no rewrite could settle, not asked
         "resynced": prover.sync.stats.resynced if prover.sync else 0,
         # Segments: the e-graph questions (one per resolved value where the programs part and meet again,
         # plus outputs and loop steps); unique ones are the e-graphs actually built, the rest memo hits.
@@ -144,7 +128,7 @@ def _check_pair(bp: Program, ap: Program, plain: bool = False) -> None:
 
 
 def _check_assumptions(bp: Program, assume: Mapping[str, tuple[int, int]]) -> None:
-    names = [_param_name(bp, i) for i in range(len(bp.func.params))]
+    names = [param_name(bp, i) for i in range(len(bp.func.params))]
     for name, (lo, hi) in assume.items():
         if name not in names:
             raise UsageError(Span(bp.path), f"--assume names `{name}`, which is not an input of the before program; "
@@ -168,6 +152,9 @@ class _Prover:
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
         self.proof_notes: list[str] = []  # how outputs were proven: reported when the verdict is `equivalent`
+        self.evidence = Evidence(bp, ap, opts, self.terms, self.notes)
+        # Both programs run once, lazily, to name where a differing output's values part ways (`origin`).
+        self.tracer = Tracer(bp, ap, opts.seed, self.evidence.assumed_bounds(), opts.numeric_limit)
 
     def run(self) -> Report:
         bp, ap = self.bp, self.ap
@@ -181,7 +168,7 @@ class _Prover:
         # re-reads the body around them): the loops an after loop may be proven against.
         self.loops: dict[tuple[int, ...], list[_RefLoop]] = {}
         bd = Deriver(self.terms, Mesh(()), plain=plain, loops=self._reference_loop)
-        params = [self.terms.param(i, p.tensor, _param_name(bp, i)) for i, p in enumerate(bp.func.params)]
+        params = [self.terms.param(i, p.tensor, param_name(bp, i)) for i, p in enumerate(bp.func.params)]
         if self.opts.progress is not None:
             report = self.opts.progress
             bd.progress = lambda done, total: report("reading the reference", done, total)
@@ -235,16 +222,18 @@ class _Prover:
         """A loop of the after program, proven by induction against a reference loop it starts like.
 
         Hypothesis: on entering an iteration every carried value holds the loop variable `v_i` under the
-        layout it entered the loop with. Step: the after body maps these facts to facts holding exactly
-        what the reference body computes from the `v_i`, under the same layouts; and the conditions agree.
-        Then each result holds the reference loop's result.
+        layout it entered the loop with, and the reference's value in its slot is `v_i` (or the tiling of
+        `v_i` it was paired with, `carried.match`). Step: the after body maps these facts to facts holding
+        exactly what the reference body computes from those, under the same layouts (compared through the
+        same tilings); and the conditions agree. Then each result holds the reference loop's result.
 
         The reference loops' bodies are read over the loop variables first (the loops inside them are then
         known), the after body once, whichever reference loop is tried; loops inside it are proven by this
-        same rule as they come: a nest costs one reading of each body, linear in its depth. Where no step
-        is proven but the layouts carry over, the after loop is still exactly the `loop` term of its own
-        body (same induction): the outputs are then compared, and evaluated for a counterexample, like any
-        others. A loop that matches no reference loop gets that term only when `ad.loop_terms` asks."""
+        same rule as they come: a nest costs one reading of each body, linear in its depth. (A carried
+        value that leaves an iteration more split than it entered starts the reading over, `carried.relaid`.)
+        Where no step is proven but the layouts carry over, the after loop is still exactly the `loop` term
+        of its own body (same induction): the outputs are then compared, and evaluated for a counterexample,
+        like any others. A loop that matches no reference loop gets that term only when `ad.loop_terms` asks."""
         assert self.sync is not None
         holds = [ad.lift(f) for f in facts]
         if not all(isinstance(h, Holds) for h in holds):
@@ -252,70 +241,124 @@ class _Prover:
             return tuple(bad if isinstance(bad, Failed) else ad.ctx.unsupported(op, "a loop over non-tensors")
                          for _ in op.results)
         hs = [h for h in holds if isinstance(h, Holds)]
-        partners = self.loops.get(tuple(sorted(h.term.id for h in hs)), [])
-        if not partners and not ad.loop_terms:
-            return tuple(ad.ctx.unsupported(op, "a loop whose initial values match no loop of the reference")
-                         for _ in op.results)
-        n = len(self.terms)
-        loop_vars = [self.terms.fresh(f"loop{n}.{i}", h.term.type) for i, h in enumerate(hs)]
-        # The reference bodies first: the loops inside them are then known when the after body meets its own.
-        steps = [step for partner in partners if (step := self._reference_step(partner, hs, loop_vars)) is not None]
-        a_args = [Holds(v, h.layout) for v, h in zip(loop_vars, hs, strict=True)]
-        a_step: list[Holds] = []
-        for i, a in enumerate((*ad.region(op.regions[0], a_args), *ad.region(op.regions[1], a_args))):
-            a = ad.lift(a)
-            if isinstance(a, Failed):
-                return tuple(a for _ in op.results)
-            what = "condition" if i == 0 else f"carried value {i - 1}"
-            if not isinstance(a, Holds):
-                return tuple(ad.ctx.unsupported(op, f"the loop's {what} is not a tensor fact") for _ in op.results)
-            want = Layout.replicated(0) if i == 0 else hs[i - 1].layout
-            if a.layout != want:
-                return tuple(ad.ctx.fail(op, f"the loop's {what} leaves an iteration as {a.layout.describe(ad.mesh)} "
-                                         f"but entered it as {want.describe(ad.mesh)}", evidence=False)
+        alone = tuple(range(len(hs)))
+        # A carried value that leaves an iteration more split than it entered (a scan's buffer of zeros
+        # that each iteration writes a batch-split slot of) is read again as what its initial value also
+        # is, the shard of its view under that layout (`view`: exact, so the hypothesis stays true), and
+        # the body derived again; layouts only grow more split, so this ends.
+        for _ in range(len(hs) * len(ad.mesh.axes) + 1):
+            partners = self._partners(ad, hs)
+            if not partners and not ad.loop_terms:
+                return tuple(ad.ctx.unsupported(op, "a loop whose initial values match no loop of the reference")
                              for _ in op.results)
-            a_step.append(a)
-        for b_step, results in steps:
-            if all(a.term is b or self.sync.prove(a.term, b) for a, b in zip(a_step, b_step, strict=True)):
-                return tuple(Holds(g.term, h.layout) if isinstance(g, Holds) else g
-                             for g, h in zip(results, hs, strict=True))
+            # Slots carrying one value twice share a variable, as the first pairing that needs it says (the
+            # pairings that would share otherwise are not tried).
+            share = next((p.share for _, p in partners if p.share != alone), alone)
+            loop_vars, steps, a_out = self._round(ad, op, hs, [(r, p) for r, p in partners if p.share == share],
+                                                  share)
+            relaid = carried.relaid(ad.mesh, self.terms, hs, a_out[1:])
+            if relaid is None:
+                break
+            hs = relaid
+        else:
+            return tuple(ad.ctx.unsupported(op, "a loop whose carried layouts do not settle") for _ in op.results)
+        a_step = self._carried(ad, op, hs, a_out)
+        if isinstance(a_step, Failed):
+            return tuple(a_step for _ in op.results)
+        for b_step, results, pairing in steps:
+            # A value paired with a tiling of the reference's is compared through that tiling.
+            seen = [a_step[0].term, *(view(a.term, a.layout, lay.dims, ad.mesh, self.terms)
+                                      for a, lay in zip(a_step[1:], pairing.layouts, strict=True))]
+            if all(a is not None and (a is b or self.sync.prove(a, b)) for a, b in zip(seen, b_step, strict=True)):
+                return tuple(Holds(g.term, lay) if isinstance(g, Holds) else g
+                             for g, lay in zip(results, pairing.layouts, strict=True))
         if not steps and not ad.loop_terms:
             # A case split may still follow it iteration by iteration (a ring of collectives against a
             # reference without that loop). Against a reference loop it could not: the reference's loop
             # term is never unrolled.
             return tuple(ad.ctx.unsupported(op, "a loop whose initial values match no loop of the reference")
                          for _ in op.results)
+        if share != alone:  # the loop's own term binds one variable per slot: read the body again so
+            loop_vars, _, a_out = self._round(ad, op, hs, [], alone)
+            a_step = self._carried(ad, op, hs, a_out)
+            if isinstance(a_step, Failed):
+                return tuple(a_step for _ in op.results)
         terms = loop_term(ad, [h.term for h in hs], loop_vars, a_step[0].term, [a.term for a in a_step[1:]])
         return tuple(Holds(t, h.layout) for t, h in zip(terms, hs, strict=True))
 
-    def _reference_step(self, partner: _RefLoop, hs: list[Holds], loop_vars: list[Term]
-                        ) -> tuple[list[Term], list[Fact]] | None:
+    def _round(self, ad: Deriver, op: Op, hs: list[Holds], partners: list[tuple[_RefLoop, carried.Pairing]],
+               share: tuple[int, ...]) -> tuple[list[Term], list[tuple[list[Term], list[Fact], carried.Pairing]],
+                                                list[Fact]]:
+        """One reading of an after loop from `hs`: its variables (slots sharing one as `share` says), one
+        iteration of each reference partner over them, and the after condition's and body's facts."""
+        n = len(self.terms)
+        fresh = {i: self.terms.fresh(f"loop{n}.{i}", hs[i].term.type) for i in sorted(set(share))}
+        loop_vars = [fresh[share[i]] for i in range(len(hs))]
+        # The reference bodies first: the loops inside them are then known when the after body meets its own.
+        steps = [step for partner, pairing in partners
+                 if (step := self._reference_step(ad, partner, pairing, hs, loop_vars)) is not None]
+        # A value the body returns unchanged is its initial value on every iteration: read as that.
+        fixed = carried.invariant(op)
+        a_args = [h if i in fixed else Holds(v, h.layout) for i, (v, h) in enumerate(zip(loop_vars, hs, strict=True))]
+        a_out = [ad.lift(a) for a in (*ad.region(op.regions[0], a_args), *ad.region(op.regions[1], a_args))]
+        return loop_vars, steps, a_out
+
+    @staticmethod
+    def _carried(ad: Deriver, op: Op, hs: list[Holds], a_out: list[Fact]) -> list[Holds] | Failed:
+        """The condition's and carried values' facts after one iteration, each laid out as it entered."""
+        a_step: list[Holds] = []
+        for i, a in enumerate(a_out):
+            if isinstance(a, Failed):
+                return a
+            what = "condition" if i == 0 else f"carried value {i - 1}"
+            if not isinstance(a, Holds):
+                return ad.ctx.unsupported(op, f"the loop's {what} is not a tensor fact")
+            want = Layout.replicated(0) if i == 0 else hs[i - 1].layout
+            if a.layout != want:
+                return ad.ctx.fail(op, f"the loop's {what} leaves an iteration as {a.layout.describe(ad.mesh)} "
+                                   f"but entered it as {want.describe(ad.mesh)}", evidence=False)
+            a_step.append(a)
+        return a_step
+
+    def _partners(self, ad: Deriver, hs: list[Holds]) -> list[tuple[_RefLoop, carried.Pairing]]:
+        """The reference loops an after loop starting from `hs` may reproduce, each with the pairing of
+        their carried values (`carried.match`: the partitioner may carry them in another order, some twice,
+        and hold some as shards of tilings of the reference's). Loops starting from the same terms first."""
+        same = self.loops.get(tuple(sorted(h.term.id for h in hs)), [])
+        others = [r for rs in self.loops.values() if rs is not same for r in rs] if not same else []
+        out = []
+        for partner in (*same, *others):
+            if len(partner.inits) == len(partner.results) <= len(hs):
+                pairing = carried.match(ad.mesh, self.terms, hs, partner.inits)
+                if pairing is not None:
+                    out.append((partner, pairing))
+        return out
+
+    def _reference_step(self, ad: Deriver, partner: _RefLoop, pairing: carried.Pairing, hs: list[Holds],
+                        loop_vars: list[Term]) -> tuple[list[Term], list[Fact], carried.Pairing] | None:
         """One iteration of a reference loop over the after loop's variables, in the after loop's order of
-        the carried values: the condition's and the bodies' terms, and the loop's results. None when the
-        loops carry other values."""
+        the carried values: the condition's and the bodies' terms, and the loop's results (with the
+        pairing). A value the after loop holds as the shard of a tiling of the reference's is that tiling
+        of its variable. None when the body cannot be read."""
         assert self.sync is not None
-        b_inits = partner.inits
-        if len(b_inits) != len(hs) or len(partner.results) != len(hs):
+        b_vars: list[Term | None] = [None] * len(partner.inits)
+        fixed = carried.invariant(partner.op)
+        for i, k in enumerate(pairing.sigma):
+            if k in fixed:
+                b_vars[k] = partner.inits[k].term
+            elif pairing.share[i] == i:
+                b_vars[k] = view(loop_vars[i], hs[i].layout, pairing.layouts[i].dims, ad.mesh, self.terms)
+        if any(v is None for v in b_vars):
             return None
-        # The partitioner may carry the values in another order: match them by their initial terms.
-        sigma: list[int] = []
-        for h in hs:
-            k = next((k for k, g in enumerate(b_inits) if g.term is h.term and k not in sigma), None)
-            if k is None:
-                return None
-            sigma.append(k)
-        b_vars = [loop_vars[0]] * len(hs)
-        for i, k in enumerate(sigma):
-            b_vars[k] = loop_vars[i]
-        b_args = [Holds(v, Layout.replicated(v.type.rank)) for v in b_vars]
+        b_args = [Holds(v, Layout.replicated(v.type.rank)) for v in b_vars if v is not None]
         bd = self.bd
         b_cond = [bd.lift(f) for f in bd.region(partner.op.regions[0], b_args)]
         b_body = [bd.lift(f) for f in bd.region(partner.op.regions[1], b_args)]
-        held = [f.term for f in (*b_cond, *(b_body[k] for k in sigma)) if isinstance(f, Holds)]
+        held = [f.term for f in (*b_cond, *(b_body[k] for k in pairing.sigma)) if isinstance(f, Holds)]
         self.sync.add_before(held)
         if len(held) != len(hs) + 1:
             return None
-        return held, [partner.results[k] for k in sigma]
+        return held, [partner.results[k] for k in pairing.sigma], pairing
 
     def _report(self, verdict: Equivalent | Discrepancy | Unknown) -> Report:
         return Report(verdict, self.bp.path, self.ap.path, {}, tuple(self.notes))
@@ -347,7 +390,7 @@ class _Prover:
                 finding = localize_failure(g, j, self.bp, bd, self.ap, ad)
                 (evidence if g.evidence else doubts).append(finding)
                 if g.evidence and g.partial:
-                    partial[id(finding)] = _partial_counterexample(j, bt.type.rank)
+                    partial[id(finding)] = partial_counterexample(j, bt.type.rank)
                 continue
             if not isinstance(g, Holds):
                 doubts.append(Finding(f"output {j} is not a tensor fact"))
@@ -361,7 +404,7 @@ class _Prover:
                            expected=expected.describe(self.ap.mesh) if expected else "no partial axes",
                            found=g.layout.describe(self.ap.mesh), partial=True), j, self.bp, bd, self.ap, ad)
                 evidence.append(finding)
-                partial[id(finding)] = _partial_counterexample(j, bt.type.rank)
+                partial[id(finding)] = partial_counterexample(j, bt.type.rank)
                 continue
             term = g.term
             if expected is not None and g.layout != expected:
@@ -379,8 +422,11 @@ class _Prover:
                 continue
             finding = (localize_blocks(j, self.ap, ad, norm)
                        or localize_mismatch(j, term, bt, self.bp, bd, self.ap, ad, self.sync))
-            cex = self._counterexample(j, term, bt)
+            cex = self.evidence.counterexample(j, term, bt)
             if cex is not None:
+                read = perblock.read_by(ad.ctx, term)  # a per-device scalar where a psum may be missing
+                finding = (localize_failure(read, j, self.bp, bd, self.ap, ad) if read is not None
+                           else refine(self.tracer, j, finding))
                 evidence.append(Finding(finding.reason, finding.before, finding.after, finding.also,
                                         finding.expected, finding.found, cex))
             else:  # no counterexample: the values are not known to differ, only not proven equal
@@ -390,43 +436,15 @@ class _Prover:
             scaled[id(made)] = (made, localize_scaling(j, term, bt, self.bp, bd, self.ap, ad, self.sync))
         evidence, doubts = prefer_scaling(evidence, scaled), prefer_scaling(doubts, scaled)
         if evidence:
-            return self._backed(evidence, doubts, partial)
+            return self.evidence.backed(evidence, doubts, partial)
+        if doubts and (found := self.evidence.run_for_evidence(doubts)) is not None:
+            return refine_verdict(self.tracer, found)
         if doubts:
             reason = doubts[0].reason
             if self.egraph.stats.exhausted:
                 reason += " (an e-graph budget ran out: raise --iterations, --nodes or --timeout)"
             return Unknown(reason, tuple(doubts))
         return Equivalent(tuple(proofs))
-
-    def _backed(self, evidence: list[Finding], doubts: list[Finding], partial: dict[int, Counterexample]
-                ) -> Discrepancy | Unknown:
-        """A discrepancy is printed only with a counterexample: inputs on which the programs, executed,
-        differ. Layout contradictions are first checked by running both programs (devices simulated);
-        when the programs agree, the contradiction was a layout the rules do not model: `unknown`. Where
-        the programs are too big to run, a value left partial is shown wrong at the op alone."""
-        if any(f.counterexample is not None for f in evidence):
-            return Discrepancy(tuple(evidence + doubts))
-        first = evidence[0]
-        if _runnable(self.bp, self.ap, self.opts.numeric_limit):
-            result = numeric_check(self.bp.module, self.ap.module, self.opts.seed, self._assumed_bounds())
-            cex = result.get("counterexample")
-            if result.get("ran") and not result["ok"] and isinstance(cex, Counterexample):
-                return Discrepancy((dataclasses.replace(first, counterexample=cex), *evidence[1:], *doubts))
-            if result.get("ran") and result["ok"]:
-                return Unknown(f"not proven: {first.reason} — yet both programs agree when run on random inputs, "
-                               "so this is a layout the rules do not model, not evidence of a bug",
-                               tuple(evidence + doubts))
-        for i, f in enumerate(evidence):
-            if id(f) in partial:
-                backed = dataclasses.replace(f, counterexample=partial[id(f)])
-                return Discrepancy((*evidence[:i], backed, *evidence[i + 1:], *doubts))
-        return Unknown(f"not proven: {first.reason} (no counterexample: the programs were not run)",
-                       tuple(evidence + doubts))
-
-    def _assumed_bounds(self) -> dict[int, tuple[int, int]]:
-        """Input index -> promised half-open range, for the random inputs of a numeric run."""
-        names = {_param_name(self.bp, i): i for i in range(len(self.bp.func.params))}
-        return {names[k]: v for k, v in self.opts.assume.items() if k in names}
 
     def _blockwise(self, term: Term, bt: Term, norm: blockwise.Normaliser) -> bool:
         if not block_equality.equal(self.terms, term, bt, norm):
@@ -443,56 +461,6 @@ class _Prover:
             self.proof_notes.append(note)
         return True
 
-    def _run_per_device(self, j: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Plain mode: both per-device programs on the same random per-device inputs, output `j` of all
-        devices (collectives exchange data between the simulated devices)."""
-        devices = max(self.bp.module.num_partitions, self.ap.module.num_partitions, 1)
-        inputs = _stacked_random(self.bp, devices, rng)
-        b = numeric.run(self.bp.func, inputs, devices, module=self.bp.module)[j]
-        a = numeric.run(self.ap.func, inputs, devices, module=self.ap.module)[j]
-        return np.asarray(a), np.asarray(b)
-
-    def _counterexample(self, j: int, after_term: Term, before_term: Term) -> Counterexample | None:
-        """Both sides evaluated on random inputs: the evidence that an unproven equality is false."""
-        total = sum(t.type.size for root in (after_term, before_term) for t in root.walk())
-        if total > self.opts.numeric_limit:
-            return None
-        rng = np.random.default_rng(self.opts.seed)
-        try:
-            if self.opts.plain:
-                a, b = self._run_per_device(j, rng)
-            else:
-                leaves = {t.id: t for root in (after_term, before_term) for t in root.walk() if t.op == "param"}
-                env = {i: _random(t.type, rng, self.terms.intervals.get(i)) for i, t in leaves.items()}
-                a = evaluate(after_term, env)
-                b = evaluate(before_term, env)
-        except (NotEvaluable, UnsupportedError, ValueError, TypeError, IndexError, KeyError, NotImplementedError):
-            return None
-        if a.shape != b.shape:
-            return None
-        exact = a.dtype.kind in "iub" and b.dtype.kind in "iub"  # 2**53 + 1 and 2**53 differ, even as floats not
-        same_exactly = a == b if exact else None
-        before_raw, after_raw = b, a
-        a, b = a.astype(np.float64), b.astype(np.float64)
-        with np.errstate(all="ignore"):
-            diff = np.abs(a - b)
-            same = same_exactly if same_exactly is not None else \
-                (a == b) | (np.isnan(a) & np.isnan(b)) | (diff <= 1e-3 + 1e-3 * np.abs(b))
-        bad = ~same
-        if not np.isfinite(b).any():
-            return None  # random inputs drove the reference to inf/NaN everywhere: no evidence either way
-        if not bad.any():
-            self.notes.append(f"output {j}: not proven, but equal on random inputs (a rule may be missing)")
-            return None
-        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, diff, -1))), a.shape))
-        # a NaN or inf where the reference is finite is an unbounded difference, not none
-        worst = float(np.max(np.where(np.isfinite(diff), diff, np.inf)[bad]))
-        if exact:
-            gaps = np.abs(after_raw.astype(object) - before_raw.astype(object))[bad]
-            return Counterexample(j, idx, int(before_raw[idx]), int(after_raw[idx]), float(max(gaps)))
-        return Counterexample(j, idx, float(b[idx]), float(a[idx]), worst)
-
-
 def _running_max(t: Term) -> bool:
     """Whether `t` shifts an exp by a running max (online softmax): a maximum of two computed values, not
     the maximum with a constant that `jnp.max(..., initial=)` in an ordinary softmax makes."""
@@ -501,46 +469,3 @@ def _running_max(t: Term) -> bool:
                for e in t.walk())
 
 
-def _runnable(bp: Program, ap: Program, limit: int) -> bool:
-    """Whether both programs are small enough to run whole (elements made by all ops, all devices)."""
-    devices = max(ap.mesh.size, ap.module.num_partitions, 1)
-    total = 0
-    for p, copies in ((bp, 1), (ap, devices)):
-        for op in walk(p.func.body.ops):
-            for r in op.results:
-                if isinstance(r.type, TensorType):
-                    total += r.type.size * copies
-            if total > limit:
-                return False
-    return True
-
-
-def _partial_counterexample(j: int, rank: int) -> Counterexample:
-    """A value left partial over an axis (a reduction missing, over the wrong axes or with the wrong
-    reducer) where a whole one is needed is wrong for the local values where one device of the axis holds
-    the whole value and the others zero: there a device holds 0 where the reference has 1. Built at the
-    op alone, for programs too big to run whole."""
-    return Counterexample(j, (0,) * rank, 1.0, 0.0, 1.0,
-                          "built at the op (the program is too big to run): local values where one device of the "
-                          "partial axes holds the whole value and the others 0")
-
-
-def _stacked_random(p: Program, devices: int, rng: np.random.Generator) -> list[np.ndarray]:
-    return [np.stack([_random(v.tensor, rng) for _ in range(devices)]) for v in p.func.params]
-
-
-def _random(t: TensorType, rng: np.random.Generator, within: tuple[int, int] | None = None) -> np.ndarray:
-    """Random values of type `t`; integers in the inclusive range `within` (an assumption) or [0, 8)."""
-    if t.dtype in ("i1",):
-        return rng.integers(0, 2, t.shape).astype(bool)
-    if t.dtype.startswith(("i", "ui")):
-        lo, hi = within if within is not None else (0, 7)
-        return rng.integers(lo, hi + 1, t.shape).astype(numpy_dtype(t.dtype))
-    return rng.standard_normal(t.shape).astype(np.float32)
-
-
-def _param_name(p: Program, i: int) -> str:
-    locs = p.func.arg_locs
-    if i < len(locs) and locs[i].op_name:
-        return locs[i].op_name or ""
-    return f"arg{i}"

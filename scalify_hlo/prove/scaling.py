@@ -90,6 +90,9 @@ def _scaled_counterpart(t: Term, n: float, partners: list[Term], sync: Sync) -> 
                                if c not in partners)]
     if not candidates or sum(c.type.size for c in candidates) + t.type.size > MAX_ELEMENTS:
         return None
+    seen: set[int] = set()
+    if any(s.type.size > MAX_ELEMENTS for root in (t, *candidates) for s in root.walk(seen)):
+        return None  # (a loop's body, say, computing on tensors too big to evaluate here)
     rng = np.random.default_rng(0)
     env = _random_env([t, *candidates], rng)
     try:

@@ -50,10 +50,12 @@ class Sync:
         self.subst: dict[int, Term] = {}
         self.stats = SyncStats()
         self._frontier: dict[int, frozenset[int] | None] = {}
+        self._up: dict[int, dict[int, int]] = {}  # before term -> the before terms above it (`_above`)
 
     def add_before(self, roots: Iterable[Term]) -> None:
         """More reference terms (a loop body unrolled once over fresh loop variables)."""
         seen = set(self.before)
+        self._up.clear()  # new users: what lies above a term changes
         for root in roots:
             for t in root.walk(seen):
                 self.before[t.id] = t
@@ -116,25 +118,32 @@ class Sync:
         reach: dict[int, int] = defaultdict(int)
         dist: dict[int, int] = defaultdict(int)
         for f in frontier:
-            seen = {f: 0}
-            queue = [self.before[f]]
-            while queue and len(seen) < MAX_UP * 8:
-                nxt = []
-                for node in queue:
-                    d = seen[node.id]
-                    if d >= MAX_UP:
-                        continue
-                    for u in self.users.get(node.id, ()):
-                        if u.id not in seen:
-                            seen[u.id] = d + 1
-                            nxt.append(u)
-                queue = nxt
-            for i, d in seen.items():
+            for i, d in self._above(f).items():
                 reach[i] += 1
                 dist[i] += d
         found = [self.before[i] for i, n in reach.items() if n == len(frontier) and self.before[i].type == t.type]
         found.sort(key=lambda b: (dist[b.id], b.id))
         return found[:MAX_CANDIDATES]
+
+    def _above(self, f: int) -> dict[int, int]:
+        """Before terms above `f` (users, transitively, within `MAX_UP` steps) and their distance."""
+        if f in self._up:
+            return self._up[f]
+        seen = {f: 0}
+        queue = [self.before[f]]
+        while queue and len(seen) < MAX_UP * 8:
+            nxt = []
+            for node in queue:
+                d = seen[node.id]
+                if d >= MAX_UP:
+                    continue
+                for u in self.users.get(node.id, ()):
+                    if u.id not in seen:
+                        seen[u.id] = d + 1
+                        nxt.append(u)
+            queue = nxt
+        self._up[f] = seen
+        return seen
 
     # -- questions to the e-graph -------------------------------------------------------------------------
     def prove_many(self, t: Term, candidates: list[Term]) -> tuple[bool, ...]:
@@ -142,7 +151,8 @@ class Sync:
         if leaves is None:
             return tuple(False for _ in candidates)
         pairs = [(t, b) for b in candidates]
-        return self.egraph.equal(pairs, leaves, key=shape_key([x for p in pairs for x in p], leaves), first=True)
+        return self.egraph.equal(pairs, leaves, key=lambda: shape_key([x for p in pairs for x in p], leaves),
+                                 first=True)
 
     def prove(self, t: Term, b: Term) -> bool:
         if t is b:

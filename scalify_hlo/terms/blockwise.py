@@ -32,6 +32,7 @@ import numpy as np
 
 from scalify_hlo.ir.nodes import DotDims, TensorType
 from scalify_hlo.ops.elementwise import SHAPE_PRESERVING
+from scalify_hlo.terms import reduce_form
 from scalify_hlo.terms.joins import Joins, as_broadcast, block_order, broadcast, follow_dim, is_constant
 from scalify_hlo.terms.pushing import FOLD_LIMIT, constant_value, folded, push_slice
 from scalify_hlo.terms.slicing import window_along
@@ -82,6 +83,12 @@ class Normaliser(Joins):
             "slice": self._slice,
             "subtract": self._linear_rule("subtract"),
         }
+        # Reductions over blocks, sums of slices, bool counts (`reduce_form`).
+        linear_add = self.rules["add"]
+        self.rules["add"] = lambda a, k, t: reduce_form.slice_sum(self.terms, a, t) or linear_add(a, k, t)
+        self.rules["reduce"] = lambda a, k, t: reduce_form.reduce_rule(self.terms, a, k, t)
+        self.rules["select"] = lambda a, k, t: reduce_form.select_bool(self.terms, a, t)
+        self.rules["compare"] = lambda a, k, t: reduce_form.count_positive(self.terms, a, k, t)
 
     def __call__(self, t: Term) -> Term:
         hit = self.memo.get(t.id)
@@ -115,6 +122,9 @@ class Normaliser(Joins):
         if rule is not None and (out := rule(args, attrs, type)) is not None:
             return out
         if op in SHAPE_PRESERVING and (out := self._sink_transpose(op, args, attrs, type)) is not None:
+            return out
+        if op in SHAPE_PRESERVING and (out := reduce_form.sink_reshape(self.terms, self.make, op, args, attrs,
+                                                                        type)) is not None:
             return out
         return self.terms.apply(op, args, attrs, type)
 

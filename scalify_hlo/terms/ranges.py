@@ -77,6 +77,8 @@ def _compute(terms: Terms, t: Term, depth: int) -> Interval | None:
         return int(lit.array.min()), int(lit.array.max())
     if op == "iota":
         return 0, max(t.type.shape[t.attr("iota_dimension")] - 1, 0)
+    if op == "top_k" and t.attr("index") == 1:  # positions along the last dim of the operand
+        return 0, max(args[0].type.shape[-1] - 1, 0)
     if op in _MOVEMENT:
         return interval(terms, args[0], depth)
     if op == "concatenate":

@@ -20,7 +20,7 @@ import numpy as np
 from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
 from scalify_hlo.ops.elementwise import COMMUTATIVE, SHAPE_PRESERVING
-from scalify_hlo.terms import ranges, slicing
+from scalify_hlo.terms import ranges, slicing, topk
 from scalify_hlo.terms.movement import normalize
 from scalify_hlo.terms.ranges import Interval
 from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
@@ -128,7 +128,13 @@ class Terms:
                 # A reshape that only inserts unit dims is a broadcast; tiled along a unit dim it stays one.
                 squeezed = self.apply("reshape", (src,), (), TensorType(core, src.type.dtype))
                 return self.apply("broadcast_in_dim", (squeezed,), (("broadcast_dimensions", tuple(kept)),), out)
-        return self.mk("tile", (t,), (("dim", dim), ("n", n)), out)
+        # Otherwise as `jnp.tile` spells it: a broadcast adding a dim of `n` copies just before `dim`,
+        # merged into it by a reshape (the copies major). One form with the reference's, and a data
+        # movement every normal form sees through, where an opaque `tile` node would be neither.
+        wide = TensorType((*t.type.shape[:dim], n, *t.type.shape[dim:]), t.type.dtype)
+        where = tuple(i if i < dim else i + 1 for i in range(t.type.rank))
+        copies = self.apply("broadcast_in_dim", (t,), (("broadcast_dimensions", where),), wide)
+        return self.apply("reshape", (copies,), (), out)
 
 
 def _transpose(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -141,6 +147,15 @@ def _reshape(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
         return x
     if scalar_value(x) is not None:
         return resplat(terms, x, type.shape)  # a reshaped splat is a splat
+    if x.op == "broadcast_in_dim" and 1 in x.type.shape:
+        # Unit dims a broadcast adds carry nothing the reshape keeps: `jnp.tile(x, (1, 2))` broadcasts to
+        # [1, m, 2, n] first, a tiling built dim by dim to [m, 2, n]; both are one term without them.
+        dims = tuple(x.attr("broadcast_dimensions"))
+        keep = [i for i, n in enumerate(x.type.shape) if n != 1 or i in dims]
+        if len(keep) < x.type.rank:
+            inner = terms.apply("broadcast_in_dim", x.args, (("broadcast_dimensions", tuple(keep.index(d) for d in dims)),),
+                                TensorType(tuple(x.type.shape[i] for i in keep), x.type.dtype))
+            return terms.apply("reshape", (inner,), (), type)
     return normalize(terms, "reshape", x, a, type)
 
 
@@ -237,7 +252,11 @@ def _compare(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
     decided = ranges.fold_compare(terms, args, a["comparison_direction"], type)
     if decided is not None:
         return decided
-    return terms.mk("compare", args, (("comparison_direction", a["comparison_direction"]),), type)
+    attrs = (("comparison_direction", a["comparison_direction"]),)
+    # Like every elementwise op, broadcasts go outermost: a causal mask built at batch 1 and broadcast
+    # (the partitioner's) and one built from iotas broadcast over the batch (the reference's) are one term.
+    sunk = _sink_movement(terms, "compare", args, attrs, type)
+    return sunk if sunk is not None else terms.mk("compare", args, attrs, type)
 
 
 def _sink_movement(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
@@ -376,19 +395,32 @@ def _clamp(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tensor
     return ranges.fold_clamp(terms, args, type)
 
 
+def _concatenate(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    """n copies of one value side by side are its tiling (`jnp.concatenate([x] * n)`, `jnp.tile(x, n)`
+    and a shard_map's out_specs over an axis it is replicated over are one term); else joined slices."""
+    d = a.get("dimension")
+    if d is not None and len(args) > 1 and all(t is args[0] for t in args) and type.rank > 0:
+        return terms.tile(args[0], int(d), len(args))
+    return slicing.join_slices(terms, args, a, type)
+
+
+def _gather(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return topk.merge_indices(terms, args, a, type) or ranges.fold_gather_clamp(terms, args, a, type)
+
+
 _CANON = {
     "and": _and,
     "broadcast_in_dim": _broadcast,
     "clamp": _clamp,
     "compare": _compare,
-    "concatenate": slicing.join_slices,
+    "concatenate": _concatenate,
     "constant": _constant,
     "convert": _convert,
     "copy": _identity,
     "divide": _divide,
     "dot": _dot,
     "dot_general": slicing.pull_dot,
-    "gather": ranges.fold_gather_clamp,
+    "gather": _gather,
     "multiply": _multiply,
     "negate": _negate,
     "optimization_barrier": _identity,
@@ -398,5 +430,6 @@ _CANON = {
     "select": _select,
     "slice": _slice,
     "square": _square,
+    "top_k": topk.merge_values,
     "transpose": _transpose,
 }

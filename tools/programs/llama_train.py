@@ -111,3 +111,48 @@ def abstract_specs(args: list[Any], *, scanned: bool, fsdp: str = "fsdp", tp: st
     param_specs = jax.tree_util.tree_map_with_path(like_param, params)
     state_specs = jax.tree_util.tree_map_with_path(like_param, opt_state)
     return [param_specs, state_specs, llama.activation_spec(fsdp)], (P(), param_specs, state_specs)
+
+
+# ------------------------------------------------------- a scanned training step at fixture size (tests/fixtures)
+
+# Llama's full block under `lax.scan` makes a fixture too large to keep, so the scanned training step keeps
+# what the partitioner does to the loops, at a fraction of the text: single-head causal attention blocks
+# (q/k/v/o over fsdp x tp) with RoPE-like rotation, under `lax.scan` over layer-stacked weights, plain SGD.
+# The forward loop stacks batch-split residuals into buffers of zeros (a dynamic-update-slice at the loop
+# counter), the causal mask broadcast to the scores enters the loop whole, and the backward loop stacks each
+# layer's weight gradients, all-reduced over fsdp.
+SCAN = {"layers": 2, "batch": 2, "seq": 4, "d": 8, "f": 8}
+SCAN_LR = 0.1
+
+
+def scan_block(h: jax.Array, p: Params) -> tuple[jax.Array, None]:
+    s, f = SCAN["seq"], SCAN["f"]
+    rot = jnp.cos(jnp.arange(s, dtype=jnp.float32)[:, None] * (1.0 + jnp.arange(f, dtype=jnp.float32)))
+    q, k, v = (h @ p["wq"]) * rot, (h @ p["wk"]) * rot, h @ p["wv"]
+    scores = jnp.einsum("bsf,btf->bst", q, k)
+    causal = jnp.tril(jnp.ones((s, s), dtype=bool))
+    probs = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
+    return h + jnp.einsum("bst,btf->bsf", probs, v) @ p["wo"], None
+
+
+def scan_loss(params: Params, x: jax.Array) -> jax.Array:
+    h, _ = jax.lax.scan(scan_block, x, params)
+    return jnp.mean(h * h)
+
+
+def scan_train_step(params: Params, x: jax.Array) -> tuple[jax.Array, Params]:
+    value, grads = jax.value_and_grad(scan_loss)(params, x)
+    return value, jax.tree.map(lambda w, g: w - SCAN_LR * g, params, grads)
+
+
+def init_scanned(rng: np.random.Generator) -> list[Any]:
+    n, d, f = SCAN["layers"], SCAN["d"], SCAN["f"]
+    params = {k: (rng.standard_normal((n, d, f) if k != "wo" else (n, f, d)) / np.sqrt(d)).astype(np.float32)
+              for k in ("wq", "wk", "wv", "wo")}
+    return [params, rng.standard_normal((SCAN["batch"], SCAN["seq"], d)).astype(np.float32)]
+
+
+def scanned_specs(fsdp: str = "fsdp", tp: str = "tp") -> tuple[list[Any], Any]:
+    """Weights P(None, fsdp, tp) (wo: P(None, tp, fsdp)), the batch over fsdp; (loss, params) out."""
+    params = {k: P(None, fsdp, tp) if k != "wo" else P(None, tp, fsdp) for k in ("wq", "wk", "wv", "wo")}
+    return [params, P(fsdp, None, None)], (P(), params)

@@ -155,3 +155,75 @@ def collective_matmul_off_by_one_body(lhs_block: jax.Array, rhs_block: jax.Array
         rhs_block = lax.ppermute(rhs_block, "x", [(i, (i + 1) % size) for i in range(size)])
         out += lax.dynamic_slice_in_dim(lhs_block, ((idx - k + 1) % size) * b, b, 1) @ rhs_block  # BUG: 1 late
     return out
+
+
+# ------------------------------------------- out_specs that tile a value held the same on many devices
+# shard_map assembles an output from every device's value, each at the block its coordinates name under
+# out_specs: over an axis the value does not vary along, those blocks are copies (a tiling, or a repeat
+# of each block when the axis is minor to the one the value is split over).
+
+
+def tile_rows_ref(x: jax.Array) -> jax.Array:
+    """x: [rows, d] split over "x" (replicated over "y"); out_specs P(('y', 'x')): block j*|x| + i is x's
+    block i, so the whole of tanh(x) |y| times."""
+    return jnp.tile(jnp.tanh(x), (MESH_XY[1], 1))
+
+
+def tanh_body(x: jax.Array) -> jax.Array:
+    return jnp.tanh(x)
+
+
+def tanh_blocks_repeated_body(x: jax.Array) -> jax.Array:
+    """Used with out_specs P(('x', 'y')) against `tile_rows_ref`: each block |y| times in a row."""
+    return jnp.tanh(x)  # BUG: out_specs P(('x', 'y')) repeat each block; P(('y', 'x')) tile the whole
+
+
+def concat_columns_ref(x: jax.Array) -> jax.Array:
+    """x: [rows, cols] split P("y", "x"); gathered over "y" it is split over "x" on the columns; out_specs
+    P(None, ('y', 'x')) make column block j*|x| + i x's column block i: x |y| times side by side."""
+    return jnp.concatenate([x] * MESH_XY[1], axis=1)
+
+
+def gather_rows_body(x: jax.Array) -> jax.Array:
+    return lax.all_gather(x, "y", axis=0, tiled=True)
+
+
+def gather_rows_repeated_body(x: jax.Array) -> jax.Array:
+    """Used with out_specs P(None, ('x', 'y')) against `concat_columns_ref`: each column block repeated."""
+    return lax.all_gather(x, "y", axis=0, tiled=True)  # BUG: out_specs P(None, ('x', 'y')) repeat the blocks
+
+
+# ---------------------------------------------- out_specs naming the axes on other dims than the value
+# A value split P("x", "y") returned with out_specs P("y", "x") is not x: device (i, j)'s block lands at
+# block (j, i) of a tensor of another shape, [|y| * rows/|x|, |x| * cols/|y|].
+
+
+def sin_transposed_ref(x: jax.Array) -> jax.Array:
+    return jnp.sin(x).T
+
+
+def sin_transposed_body(x: jax.Array) -> jax.Array:
+    """Each block transposed, returned with out_specs P("y", "x"): block (j, i) of the result is the
+    transpose of block (i, j), the whole transpose."""
+    return jnp.sin(x).T
+
+
+def sin_reshaped_body(x: jax.Array) -> jax.Array:
+    """As above with each block reshaped to the transposed shape instead of transposed."""
+    return jnp.sin(x).reshape(x.shape[::-1])  # BUG: a reshape to the transposed shape is not a transpose
+
+
+def block_grid_swapped_ref(x: jax.Array) -> jax.Array:
+    """x [8, 8] split P("x", "y") into [4, 2] blocks, returned with out_specs P("y", "x"): [16, 4]."""
+    nx, ny = MESH_XY
+    r, c = x.shape[0] // nx, x.shape[1] // ny
+    return jnp.cos(x).reshape(nx, r, ny, c).transpose(2, 1, 0, 3).reshape(ny * r, nx * c)
+
+
+def cos_body(x: jax.Array) -> jax.Array:
+    return jnp.cos(x)
+
+
+def cos_rows_swapped_body(x: jax.Array) -> jax.Array:
+    """As `cos_body`, with each block's rows reversed."""
+    return jnp.cos(x)[::-1]  # BUG: the rows of each block reversed

@@ -1,0 +1,21 @@
+"""The prover's options: the e-graph budget, the seed and size limit of numeric checks, the mode, and the
+input assumptions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from scalify_hlo.prove.egraph import Budget
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    budget: Budget = field(default_factory=Budget)
+    seed: int = 0
+    numeric_limit: int = 1 << 24  # elements: term evaluation for counterexamples only below this
+    plain: bool = False  # same-device-count equivalence (two per-device or two global programs, no layouts)
+    progress: Callable[[str, int, int], None] | None = None  # (stage, ops done, ops in the stage)
+    # Input name -> half-open range [lo, hi) its integer values are promised to lie in (token ids):
+    # the verdict then holds for those inputs only, and the report says so.
+    assume: Mapping[str, tuple[int, int]] = field(default_factory=dict)
