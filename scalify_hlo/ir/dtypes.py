@@ -30,9 +30,12 @@ def numpy_dtype(dtype: str) -> np.dtype[Any]:
 LOW_FLOATS = frozenset(("f16", "bf16", "f8E4M3FN", "f8E5M2"))  # element types of the low-precision floats
 
 
+_LOW_NUMPY = frozenset(np.dtype(DTYPES[t]) for t in LOW_FLOATS)
+
+
 def is_low_float(dt: np.dtype[Any]) -> bool:
     """bf16, f16 and f8 types: computed in float32 and rounded after every op, as XLA CPU does."""
-    return dt in (np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)
+    return dt in _LOW_NUMPY
 
 
 def widen(x: np.ndarray) -> np.ndarray:
