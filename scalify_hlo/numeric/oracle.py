@@ -28,10 +28,7 @@ def numeric_check(before: Module, after: Module, seed: int,
                   bounds: dict[int, tuple[int, int]] | None = None) -> dict[str, Any]:
     """Both programs on the same random inputs (integer input i in `bounds[i]`, a half-open promised
     range, when given)."""
-    inputs = trials.random_inputs(before, seed)
-    rng = np.random.default_rng(seed + 1)
-    for i, (lo, hi) in (bounds or {}).items():
-        inputs[i] = rng.integers(lo, hi, size=inputs[i].shape).astype(inputs[i].dtype)
+    inputs = trials.random_inputs(before, seed, bounds)
     try:
         ref, out = numeric.run_pair(before, after, inputs)
     except (ScalifyError, ValueError, TypeError, IndexError) as err:

@@ -4,7 +4,7 @@ and the comparison of two programs' outputs (floats within a tolerance, integers
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,10 +83,12 @@ def _index_bounds(module: Module) -> dict[int, int]:
     return bounds
 
 
-def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
+def random_inputs(module: Module, seed: int = 0, assumed: Mapping[int, tuple[int, int]] | None = None
+                  ) -> list[np.ndarray]:
     """Global inputs for @main: standard-normal floats; booleans fair coins; integers that index something
     (see `_index_bounds`) uniform in [0, size of the smallest dimension they index); other integers
-    uniform in [0, 8) (small and non-negative: safe as counts, shifts, labels and exponents)."""
+    uniform in [0, 8) (small and non-negative: safe as counts, shifts, labels and exponents). Integer
+    input i is drawn instead from `assumed[i]`, a promised half-open range (`--assume`), when given."""
     rng = np.random.default_rng(seed)
     bounds = _index_bounds(module)
     out: list[np.ndarray] = []
@@ -101,6 +103,9 @@ def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
             out.append((rng.standard_normal(t.shape) + 1j * rng.standard_normal(t.shape)).astype(dt))
         else:
             out.append(rng.standard_normal(t.shape).astype(dt))
+    promised = np.random.default_rng(seed + 1)
+    for i, (lo, hi) in (assumed or {}).items():
+        out[i] = promised.integers(lo, hi, size=out[i].shape).astype(out[i].dtype)
     return out
 
 

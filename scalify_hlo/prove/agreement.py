@@ -343,10 +343,7 @@ def run_both(bp: Program, ap: Program, seed: int, bounds: dict[int, tuple[int, i
     """Both programs run on the same random inputs (integer input i in `bounds[i]`, a promised half-open
     range), every execution recorded; None when they cannot be run or a loop runs too long."""
     bm, am = bp.module, ap.module
-    inputs = trials.random_inputs(bm, seed)
-    rng = np.random.default_rng(seed + 1)
-    for i, (lo, hi) in bounds.items():
-        inputs[i] = rng.integers(lo, hi, size=inputs[i].shape).astype(inputs[i].dtype)
+    inputs = trials.random_inputs(bm, seed, bounds)
     rb, ra = Recorder(bm), Recorder(am)
     token = numeric.TRACE.set(Both(rb, ra))
     try:
