@@ -26,12 +26,11 @@ from scalify_hlo.rules.facts import (
 )
 from scalify_hlo.rules.spmd import axes_text
 
-from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.errors import ShardingError, UnmodelledShardingError
 from scalify_hlo.ir.nodes import Literal, Op, TensorType
 from scalify_hlo.layout.groups import axes_of_groups, device_groups, has_channel, shift_of_pairs
 from scalify_hlo.layout.mesh import Layout, Reducer
-from scalify_hlo.ops.reducers import COLLECTIVE_NAME, reducer_of
+from scalify_hlo.ops.reducers import COLLECTIVE_NAME, identity, reducer_of
 from scalify_hlo.terms.term import Term
 
 # --------------------------------------------------------------------------------------------- collectives
@@ -118,7 +117,7 @@ def _fold_shards(ctx: Ctx, term: Term, layout: Layout, a: str, reducer: Reducer)
     split = (*shape[:d], major, n, rest, *shape[d + 1:])
     dtype = term.type.dtype
     t = ctx.terms.apply("reshape", (term,), (), TensorType(split, dtype))
-    init = ctx.terms.scalar(_identity_of(reducer, dtype), dtype)
+    init = ctx.terms.scalar(identity(reducer, dtype), dtype)
     red = (d + 1,)
     reduced = TensorType((*shape[:d], major, rest, *shape[d + 1:]), dtype)
     t = ctx.terms.apply("reduce", (t, init), (("dimensions", red), ("reducer", reducer.value)), reduced)
@@ -126,18 +125,6 @@ def _fold_shards(ctx: Ctx, term: Term, layout: Layout, a: str, reducer: Reducer)
     dims = list(layout.dims)
     dims[d] = axes[:k]
     return t, Layout(tuple(dims), layout.partial)
-
-
-def _identity_of(reducer: Reducer, dtype: str) -> float | int:
-    """The reducer's identity in `dtype`: an integer max starts at the type's least value, not -inf."""
-    if reducer is Reducer.SUM:
-        return 0
-    nd = numpy_dtype(dtype)
-    if nd.kind in "iub":
-        info = np.iinfo(nd) if nd.kind != "b" else None
-        low, high = (int(info.min), int(info.max)) if info is not None else (0, 1)
-        return low if reducer is Reducer.MAX else high
-    return float("-inf") if reducer is Reducer.MAX else float("inf")
 
 
 def all_gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

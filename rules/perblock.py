@@ -25,15 +25,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, PerBlock, join, regroup, view
 
-from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Op, TensorType
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
-from scalify_hlo.ops.reducers import Reducer
+from scalify_hlo.ops.reducers import Reducer, identity
 from scalify_hlo.terms.term import AttrKey, Term
 
 
@@ -169,7 +167,7 @@ def all_reduce(ctx: Ctx, pb: PerBlock, axes: tuple[str, ...], reducer: Reducer) 
     red = tuple(i for i, a in enumerate(pb.axes) if a in axes)
     rest = tuple(a for a in pb.axes if a not in axes)
     if red:
-        init = ctx.terms.scalar(_identity(reducer, dtype), dtype)
+        init = ctx.terms.scalar(identity(reducer, dtype), dtype)
         kept = tuple(s for i, s in enumerate(sizes) if i not in red)
         t = ctx.terms.apply("reduce", (t, init), (("dimensions", red), ("reducer", reducer.value)),
                             TensorType(kept, dtype))
@@ -206,21 +204,6 @@ def select_branches(ctx: Ctx, op: Op, index: PerBlock, results: Sequence[Fact], 
         eq = ctx.terms.apply("compare", (w, kth), (("comparison_direction", "EQ"),), pred_t)
         acc = combine(ctx, op, "select", (), out_t, [PerBlock(eq, index.axes, index.failure), results[k], acc])
     return acc
-
-
-def _identity(reducer: Reducer, dtype: str) -> float | int:
-    """The reducer's identity in `dtype` (an integer max starts at the type's least value)."""
-    if reducer is Reducer.SUM or reducer is Reducer.OR:
-        return 0
-    if reducer is Reducer.PROD or reducer is Reducer.AND:
-        return 1
-    nd = numpy_dtype(dtype)
-    if nd.kind in "iu":
-        info = np.iinfo(nd)
-        return int(info.min) if reducer is Reducer.MAX else int(info.max)
-    if nd.kind == "b":
-        return 0 if reducer is Reducer.MAX else 1
-    return float("-inf") if reducer is Reducer.MAX else float("inf")
 
 
 def read_by(ctx: Ctx, term: Term) -> Failed | None:

@@ -29,7 +29,7 @@ from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import DotDims, Op, TensorType
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
-from scalify_hlo.ops.reducers import COLLECTIVE_NAME, Reducer, reducer_of
+from scalify_hlo.ops.reducers import COLLECTIVE_NAME, Reducer, is_identity, reducer_of
 from scalify_hlo.terms.term import Term, scalar_value
 
 
@@ -267,7 +267,7 @@ def reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         r = next(iter(partial.values()))
         return (ctx.fail(op, f"reduce {reducer.value} of a value partial under {r.value}; a "
                          f"{COLLECTIVE_NAME[r]} is missing before it", evidence=True, origin=x.origin, partial=True),)
-    if (split or partial) and not _is_identity(init.term, reducer):
+    if (split or partial) and not _combines_per_shard(init.term, reducer):
         return (ctx.fail(op, "reduce over a split dim with an init value that is not the reducer's identity: "
                          "every device adds it once", evidence=True),)
     for a in split:
@@ -316,15 +316,10 @@ def _variadic_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, .
                        out_layout) for i, r in enumerate(op.results))
 
 
-def _is_identity(t: Term, reducer: Reducer) -> bool:
-    v = scalar_value(t)
-    if v is None:
-        return False
-    ident = {Reducer.SUM: 0.0, Reducer.PROD: 1.0, Reducer.MAX: float("-inf"), Reducer.MIN: float("inf"),
-             Reducer.OR: 0.0, Reducer.AND: 1.0}[reducer]
-    if reducer in (Reducer.MAX, Reducer.MIN) and t.type.dtype.startswith(("i", "ui")):
-        return True  # integer max/min inits are the type's extreme values
-    return v == ident
+def _combines_per_shard(init: Term, reducer: Reducer) -> bool:
+    """Whether each device may start from `init` and the shards' results still combine to the whole: the
+    reducer's identity, or any init under an idempotent reducer (max/min see it once or many times alike)."""
+    return reducer in (Reducer.MAX, Reducer.MIN) or is_identity(scalar_value(init), reducer, init.type.dtype)
 
 
 def identity(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

@@ -34,6 +34,7 @@ from scalify_hlo.layout.program import manual_layouts, module_mesh, sharding_of
 from scalify_hlo.layout.sharding import Tiled, layout_of, mesh_from_sdy
 from scalify_hlo.numeric.kernels import kernel_of
 from scalify_hlo.numeric.values import NumericUnsupported, Val, as_array, dtype_of, np_dtype
+from scalify_hlo.ops.reducers import identity
 
 # ---------------------------------------------------------------------------------------- interpreter
 
@@ -224,18 +225,6 @@ def run(func_or_module: Func | Module, inputs: Sequence[np.ndarray], devices: in
 
 # ------------------------------------------------------------------------------------ shard / assemble
 
-def _identity(reducer: Reducer, dt: np.dtype[Any]) -> Any:
-    """The value that leaves `reducer` unchanged, in dtype `dt`."""
-    if reducer in (Reducer.SUM, Reducer.PROD, Reducer.AND, Reducer.OR):
-        return {Reducer.SUM: 0, Reducer.PROD: 1, Reducer.AND: True, Reducer.OR: False}[reducer]
-    if dt == np.bool_:
-        return reducer is Reducer.MIN
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return info.min if reducer is Reducer.MAX else info.max
-    return -np.inf if reducer is Reducer.MAX else np.inf
-
-
 _REDUCE: dict[Reducer, Callable[..., np.ndarray]] = {
     Reducer.SUM: np.sum, Reducer.PROD: np.prod, Reducer.MAX: np.max, Reducer.MIN: np.min,
     Reducer.AND: np.all, Reducer.OR: np.any,
@@ -266,7 +255,7 @@ def shard(global_array: np.ndarray, layout: Layout, mesh: Mesh) -> np.ndarray:
         for a, _ in layout.partial:
             away |= coords[:, mesh.axis_index(a)] != 0
         out = np.array(out, copy=True)
-        out[away] = _identity(layout.partial[0][1], out.dtype)  # one reducer per value in practice
+        out[away] = identity(layout.partial[0][1], out.dtype)  # one reducer per value in practice
     return out
 
 

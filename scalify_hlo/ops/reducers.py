@@ -10,6 +10,9 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+import numpy as np
+
+from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.nodes import Attrs, AttrValue, Op, Region, TensorType, Value
 
 
@@ -34,6 +37,33 @@ REDUCERS: dict[Reducer, tuple[str, str]] = {
 OP_OF_REDUCER = {r: op for r, (op, _) in REDUCERS.items()}
 REDUCER_OF_OP = {op: r for r, op in OP_OF_REDUCER.items()}
 COLLECTIVE_NAME = {r: name for r, (_, name) in REDUCERS.items()}
+
+
+def identity(reducer: Reducer, dtype: str | np.dtype[Any]) -> int | float:
+    """The value that leaves `reducer` unchanged in `dtype`: an integer max starts at the type's least
+    value (not -inf), a boolean max at false."""
+    if reducer in (Reducer.SUM, Reducer.OR):
+        return 0
+    if reducer in (Reducer.PROD, Reducer.AND):
+        return 1
+    nd = numpy_dtype(dtype) if isinstance(dtype, str) else dtype
+    if nd.kind in "iu":
+        info = np.iinfo(nd)
+        return int(info.min) if reducer is Reducer.MAX else int(info.max)
+    if nd.kind == "b":
+        return 0 if reducer is Reducer.MAX else 1
+    return float("-inf") if reducer is Reducer.MAX else float("inf")
+
+
+def is_identity(value: float | int | None, reducer: Reducer, dtype: str) -> bool:
+    """Whether the scalar `value` is `reducer`'s identity in `dtype` (False for an unknown value or a
+    dtype NumPy cannot hold)."""
+    if value is None:
+        return False
+    try:
+        return bool(value == identity(reducer, dtype))
+    except ValueError:
+        return False
 
 
 def reducer_of(region: Region) -> Reducer | None:

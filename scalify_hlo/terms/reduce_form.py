@@ -28,31 +28,11 @@ import numpy as np
 
 from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.nodes import TensorType
+from scalify_hlo.ops.reducers import Reducer, is_identity
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import AttrKey, Term, scalar_value
 
 Make = Callable[[str, tuple[Term, ...], AttrKey, TensorType], Term]
-
-
-def _is_identity(init: Term, reducer: str) -> bool:
-    v = scalar_value(init)
-    if v is None:
-        return False
-    dtype = init.type.dtype
-    if reducer in ("sum", "or"):
-        return v == 0
-    if reducer in ("prod", "and"):
-        return v == 1
-    try:
-        nd = numpy_dtype(dtype)
-    except ValueError:
-        return False
-    if nd.kind in "iu":
-        info = np.iinfo(nd)
-        return v == (info.min if reducer == "max" else info.max)
-    if nd.kind == "b":
-        return v == (0 if reducer == "max" else 1)
-    return v == (float("-inf") if reducer == "max" else float("inf"))
 
 
 class _Digits:
@@ -152,8 +132,10 @@ def reduce_rule(terms: Terms, args: tuple[Term, ...], attrs: AttrKey, type: Tens
     if x.op not in ("reshape", "reduce"):
         return None  # nothing to see through (and the blockwise merges read such reduces as they are)
     reducer = str(a["reducer"])
+    known = reducer in Reducer._value2member_map_
     # Reshapes are seen through always; inner reduces only where fusing them is exact.
-    digits = _form(x, reducer if _is_identity(init, reducer) else "", init)
+    fuse = known and is_identity(scalar_value(init), Reducer(reducer), init.type.dtype)
+    digits = _form(x, reducer if fuse else "", init)
     digits.reduce(tuple(a["dimensions"]))
     out = digits.build(terms, init, attrs, type)
     return None if out.op == "reduce" and out.args == args and out.attrs == attrs else out
