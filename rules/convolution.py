@@ -28,7 +28,10 @@ defaults) give one term; it is an opaque node to the algebra.
 
 from __future__ import annotations
 
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, upstream
+import dataclasses
+
+from scalify_hlo.rules import halo as H
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Halo, Holds, Varying, upstream
 from scalify_hlo.rules.spmd import axes_text
 
 from scalify_hlo.ir.errors import ShardingError
@@ -43,6 +46,9 @@ def _even(ctx: Ctx, size: int, axes: tuple[str, ...]) -> bool:
 
 def convolution(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     lhs, rhs = (ctx.lift(f) if isinstance(f, Varying) else f for f in facts)
+    halo = lhs if isinstance(lhs, Halo) else None
+    if halo is not None:
+        lhs = halo.base  # its blocks, widened by the halo along one spatial dim (below)
     for f in (lhs, rhs):
         if isinstance(f, Failed):
             return (upstream(f, op),)
@@ -66,10 +72,6 @@ def convolution(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     batch, feature, out_feature = ld[dn.input_batch], ld[dn.input_feature], rd[dn.kernel_output_feature]
     kernel_in = rd[dn.kernel_input_feature]
     found = f"{ctx.describe(lhs.layout)} * {ctx.describe(rhs.layout)}"
-    for d in dn.kernel_spatial:
-        if rd[d]:
-            return (ctx.unsupported(op, f"the kernel's spatial dim {d} is split over {axes_text(ctx, rd[d])}: "
-                                    "a window split across devices is not modelled"),)
     for name, size, axes in (("input batch", ls[dn.input_batch], batch), ("input feature", ls[dn.input_feature], feature),
                              ("kernel output feature", rs[dn.kernel_output_feature], out_feature),
                              ("kernel input feature", rs[dn.kernel_input_feature], kernel_in)):
@@ -102,9 +104,36 @@ def convolution(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
                                 f"{axes_text(ctx, out_feature)}: not modelled"),)
     out_dims: list[tuple[str, ...]] = [()] * (len(dn.output_spatial) + 2)
     out_dims[dn.output_batch], out_dims[dn.output_feature] = batch, out_feature
+    sides = {d for d, _, _ in halo.sides} if halo is not None else set()
+    if not sides <= set(dn.input_spatial):
+        return (ctx.unsupported(op, f"a convolution of halo rows along non-spatial dims {sorted(sides)}"),)
+    padding = list(spec.padding)
     for i, (d, k, o) in enumerate(zip(dn.input_spatial, dn.kernel_spatial, dn.output_spatial, strict=True)):
         axes = ld[d]
+        if rd[k]:
+            # The kernel's rows split too (a weight gradient: the kernel is the output gradient): each
+            # device sums its rows' products, a partial sum of the global convolution.
+            if rd[k] != axes:
+                return (ctx.unsupported(op, f"the kernel's spatial dim {k} is split over {axes_text(ctx, rd[k])} "
+                                        f"and the input's dim {d} over {axes_text(ctx, axes)}"),)
+            pad = H.contracted_window(ctx, op, H.as_halo(halo or lhs), d, rs[k], local.padding[i],
+                                      local.lhs_dilation[i], local.rhs_dilation[i])
+            if isinstance(pad, Failed):
+                return (pad,)
+            padding[i] = pad
+            for a in axes:
+                partial[a] = Reducer.SUM
+            contracted = (*contracted, *axes)
+            continue
         if not axes:
+            continue
+        if halo is not None and d in sides:
+            window = (rs[k] - 1) * local.rhs_dilation[i] + 1
+            pad = H.window_padding(ctx, op, halo, d, local.padding[i], local.lhs_dilation[i], local.strides[i],
+                                   window, 0.0)
+            if isinstance(pad, Failed):
+                return (pad,)
+            padding[i], out_dims[o] = pad, axes
             continue
         n = ctx.mesh.size_of(axes)
         if ls[d] % n:
@@ -132,6 +161,7 @@ def convolution(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         return (ctx.fail(op, "convolution's result would use one mesh axis twice (both operands split over it "
                          "in dims that are not contracted): each device computes blocks no layout describes",
                          evidence=False, found=found),)
+    spec = dataclasses.replace(spec, padding=tuple(padding))
     gshape = spec.out_shape(ls, rs)
     if gshape is None or layout.local_shape(gshape, ctx.mesh) != op.result.tensor.shape:
         return (ctx.unsupported(op, f"operands of global shapes {list(ls)} * {list(rs)} laid out as {found} do "

@@ -148,8 +148,22 @@ class Blocks:
     gathered: bool = False
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Halo:
+    """Rows of split dims around each device's block (rules/halo.py). For each `(dim, lo, hi)` of `sides`
+    (a dim of `base` split over some axes, in blocks of `block` rows), device `c` holds the global rows
+    `[b(c)·block − lo, b(c)·block + block + hi)` of `base.term` along `dim`; along the other dims it holds
+    what `base` says. At positions outside the tensor it holds `fill` (None: unknown values). Negative
+    extents are a slice of the block; positive ones rows received from the neighbours."""
+
+    base: Holds
+    sides: tuple[tuple[int, int, int], ...]  # (dim, lo, hi), by dim
+    fill: float | None
+    origin: Op | None  # the op that last placed the rows (a slice, permute or concatenate)
+
+
 Masked: TypeAlias = Shifted | InWindow | Lookup
-Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked | Blocks | PerBlock
+Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked | Blocks | PerBlock | Halo
 
 
 def view(term: Term, have: Layout, want: tuple[tuple[str, ...], ...], mesh: Mesh, terms: Terms) -> Term | None:

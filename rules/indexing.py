@@ -9,7 +9,8 @@ indexed dims are whole on every device (indices are global positions there).
 from __future__ import annotations
 
 import numpy as np
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, join, view
+from scalify_hlo.rules import halo as H
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Halo, Holds, Varying, join, view
 from scalify_hlo.rules.layout import holds_operands
 
 from scalify_hlo.ir.errors import ShardingError
@@ -18,7 +19,7 @@ from scalify_hlo.layout.groups import match_axis_index
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
 from scalify_hlo.ops.reducers import COLLECTIVE_NAME
-from scalify_hlo.terms.term import Term
+from scalify_hlo.terms.term import Term, scalar_value
 
 
 def _offsets(ctx: Ctx, f: Fact) -> int | np.ndarray | Term | None:
@@ -226,7 +227,12 @@ def replicated_only(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ..
 
 def reduce_window(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     """Windows that span only whole dims act shard by shard along the others (cumsum over the sequence
-    of a batch-split tensor)."""
+    of a batch-split tensor). Along a split dim, a device's windows are those of its block when each lies
+    inside the block (2x2 pooling with stride 2), or when the operand is a halo (rules/halo.py) padded
+    with the init value outside the tensor (SAME max / average pooling after XLA's halo exchange)."""
+    halo = facts[0] if len(op.results) == 1 and isinstance(facts[0], Halo) else None
+    if halo is not None:
+        facts = (halo.base, *facts[1:])
     ops = holds_operands(ctx, op, facts)
     if isinstance(ops, Failed):
         return tuple(ops for _ in op.results)
@@ -242,16 +248,60 @@ def reduce_window(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
     if len(layouts) != 1 or any(h.layout.partial for h in ops) or any(i.layout.split_axes() for i in inits):
         return replicated_only(ctx, op, facts)
     layout = next(iter(layouts))
-    if any(layout.dims[d] for d in touched):
-        return tuple(ctx.unsupported(op, "a window over a split dim") for _ in op.results)
-    args = tuple(h.term for h in ops)
     attrs = term_attrs(op)
+    if any(layout.dims[d] for d in touched) or halo is not None:
+        padding = _split_windows(ctx, op, layout, halo, inits[0].term, window, strides, pads, touched)
+        if isinstance(padding, Failed):
+            return tuple(padding for _ in op.results)
+        dtype = pad.dtype if isinstance(pad, Literal) else "i64"
+        shape = pad.array.shape if isinstance(pad, Literal) else (rank, 2)
+        literal = Literal(np.asarray(padding, dtype=np.int64).reshape(shape), dtype)
+        items = [(k, literal if k == "padding" else v) for k, v in attrs]
+        if "padding" not in op.attrs:  # where the parser puts it: among the op's attributes, by name
+            at = next((i for i, (k, _) in enumerate(items) if k > "padding" and k in op.attrs), len(items))
+            items.insert(at, ("padding", literal))
+        attrs = tuple(items)
+    args = tuple(h.term for h in ops)
     out: list[Fact] = []
     for i, r in enumerate(op.results):
         gshape = tuple(n * ctx.mesh.size_of(d) for n, d in zip(r.tensor.shape, layout.dims, strict=True))
         key = (*attrs, ("index", i)) if k > 1 else attrs
         out.append(Holds(ctx.terms.apply("reduce_window", args, key, TensorType(gshape, r.tensor.dtype)), layout))
     return tuple(out)
+
+
+def _split_windows(ctx: Ctx, op: Op, layout: Layout, halo: Halo | None, init: Term, window: tuple[int, ...],
+                   strides: tuple[int, ...], pads: np.ndarray, touched: list[int]) -> list[list[int]] | Failed:
+    """The global op's padding, when each device's windows along split dims are its block's."""
+    rank = layout.rank
+    base = tuple(op.attrs.get("base_dilations", (1,) * rank) or (1,) * rank)  # type: ignore[arg-type]
+    dilation = tuple(op.attrs.get("window_dilations", (1,) * rank) or (1,) * rank)  # type: ignore[arg-type]
+    sides = {d for d, _, _ in halo.sides} if halo is not None else set()
+    if not sides <= set(touched):
+        return ctx.unsupported(op, "a window op that keeps a halo's rows")
+    fill = scalar_value(init)
+    padding = [[int(lo), int(hi)] for lo, hi in pads]
+    for d in touched:
+        if not layout.dims[d]:
+            continue
+        span = (window[d] - 1) * dilation[d] + 1
+        if halo is not None and d in sides:
+            if fill is None:
+                return ctx.unsupported(op, "a window over halo rows with an init value that is not a constant")
+            pad = H.window_padding(ctx, op, halo, d, (padding[d][0], padding[d][1]), base[d], strides[d], span, fill)
+            if isinstance(pad, Failed):
+                return pad
+            padding[d] = list(pad)
+            continue
+        block = op.operands[0].tensor.shape[d]
+        if base[d] != 1:
+            return ctx.unsupported(op, f"a window with base dilation {base[d]} over dim {d}, which is split")
+        if padding[d] != [0, 0] or block % strides[d] or span > strides[d]:
+            # Not evidence: the reference may window each block alike (a vmapped cumsum over groups).
+            return ctx.unsupported(op, f"a window ({window[d]} wide, stride {strides[d]}, padding "
+                                   f"{tuple(padding[d])}) across the blocks of dim {d}, which is split over "
+                                   f"{list(layout.dims[d])}")
+    return padding
 
 
 def scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

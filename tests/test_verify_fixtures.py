@@ -24,8 +24,9 @@ BY_NAME = {f.name: f for f in FIXTURES}
 LIMITS: dict[str, str] = {
     "loc_loop_scale_shard_map": "a fori_loop followed by per-device column offsets (iota + axis_index): the case "
                                 "split does not follow the loop ('from add on, the blocks are not those')",
-    "window_lookup_vocab_shard_map": "a shifted-index gather of windows of several rows along the split dim "
-                                     "is refused, not modelled",
+    "conv_halo_ppermute_wrong_way_shard_map": "found (a counterexample), but named in the ppermute helper both "
+                                              "halo rows go through (line 128), not at the call passing the wrong "
+                                              "shift (142)",
     # correct programs that once got a false `discrepancy` (tools/programs/false_alarms.py)
     "fa_ring_allreduce_ppermute_shard_map": "a ring all-reduce from n-1 ppermute + add steps is not seen as a psum",
     "fa_cond_psum_any_shard_map": "any(x > 0) as psum(local any, as int32) > 0: an or spelled as a count of "
@@ -37,10 +38,6 @@ LIMITS: dict[str, str] = {
     "mut_optax_adamw_bias_grad_allreduce_wrong_axis": "discrepancy with a counterexample, named at the "
                                                       "value_and_grad line (75, the frame where the gradient meets "
                                                       "the optimizer's add), not the bias gradient's reduce (60)",
-    # convolution (issue 14): tools/programs/convolution.py
-    "conv_spatial_halo_shardy": "XLA's halo exchange for a spatially split conv (slices of each block, "
-                                "collective-permutes to the neighbours, concatenate, mask) is not modelled: "
-                                "unknown at the slice",
 }
 
 

@@ -26,7 +26,7 @@ from scalify_hlo.numeric.machine import Machine, NumericUnsupported, assemble, s
 from scalify_hlo.ops.attrs import region_key, term_attrs
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
 from scalify_hlo.prove import branches, cases, per_device
-from scalify_hlo.rules import boundary, linalg, masking
+from scalify_hlo.rules import boundary, halo, linalg, masking
 from scalify_hlo.rules import collectives as C
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
@@ -52,6 +52,15 @@ _VARYING_OPS = frozenset({
 Resync = Callable[[Holds, Op], Holds]
 LoopBody = tuple[Op, tuple[Term, ...], Term, tuple[Term, ...]]  # (the loop, its variables, condition, bodies)
 Loops = Callable[["Deriver", Op, tuple[Fact, ...]], tuple[Fact, ...]]
+
+
+def _steps(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    """The facts of a step of a masked lookup or a halo exchange: values no device holds a block of yet,
+    tracked per device by their own rule families until they are blocks again."""
+    for family in (masking, halo):
+        if family.applies(ctx, op, facts) and (steps := family.transfer(ctx, op, facts)) is not None:
+            return steps
+    return None
 
 
 class Deriver:
@@ -133,7 +142,7 @@ class Deriver:
             out = tuple(failed for _ in op.results)
         elif (block := next((f for f in facts if isinstance(f, PerBlock)), None)) is not None and not _carries(op):
             out = tuple(block.failure for _ in op.results)  # a per-device scalar where it is not modelled
-        elif masking.applies(self.ctx, op, facts) and (steps := masking.transfer(self.ctx, op, facts)) is not None:
+        elif (steps := _steps(self.ctx, op, facts)) is not None:
             out = steps
         elif op.opcode in self.hooks:
             out = self.hooks[op.opcode](self, op, facts)

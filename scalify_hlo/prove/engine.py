@@ -30,6 +30,7 @@ from scalify_hlo.prove.options import Options
 from scalify_hlo.prove.origin import Tracer, refine, refine_verdict
 from scalify_hlo.prove.scaling import localize_scaling, prefer_scaling
 from scalify_hlo.prove.sync import Sync
+from scalify_hlo.report.focus import focus
 from scalify_hlo.report.verdicts import (
     Counterexample,
     Discrepancy,
@@ -101,7 +102,8 @@ def prove(before: str | Path | Module, after: str | Path | Module, options: Opti
         "segments_total": prover.egraph.stats.questions,
         "segments_unique": prover.egraph.stats.egraph_calls,
     }
-    return Report(report.verdict, str(bm.path), str(am.path), stats, report.notes, report.numeric, dict(opts.assume))
+    verdict = focus(report.verdict, bm)
+    return Report(verdict, str(bm.path), str(am.path), stats, report.notes, report.numeric, dict(opts.assume))
 
 
 def _check_pair(bp: Program, ap: Program, plain: bool = False) -> None:

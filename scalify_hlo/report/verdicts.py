@@ -43,6 +43,9 @@ class Site:
     ir: str | None = None  # the op's line in the input file (HLO dumps), file:line
     op_name: str | None = None  # JAX's op_name, e.g. jit(f)/dot_general
     layout: str | None = None
+    # The op's stack frames, innermost first, when `source` is the innermost: `report.focus` may name a
+    # caller instead (a helper the reference runs too).
+    stack: tuple[Frame, ...] = field(default=(), compare=False)
 
     @staticmethod
     def of(op: Op, layout: str | None = None, frame: Frame | None = None) -> Site:
@@ -52,7 +55,8 @@ class Site:
         name = user_name(loc.name or (op.results[0].name if op.results else None))
         ir = f"{loc.ir_file}:{loc.ir_line}" if loc.ir_file and loc.ir_line else None
         source = str(frame) if frame is not None else None
-        return Site(op.opcode, name, source, frame.column if frame else None, ir, loc.op_name, layout)
+        stack = loc.frames if frame is loc.frame else ()
+        return Site(op.opcode, name, source, frame.column if frame else None, ir, loc.op_name, layout, stack)
 
     def label(self) -> str:
         """`name = opcode` (HLO), else the opcode with JAX's op_name, e.g. `reduce [jit(f)/reduce_sum]`."""

@@ -1,0 +1,305 @@
+"""Transfer rules for halo exchange: each device extends its block of a split dim with its neighbours' rows.
+
+A convolution or pooling window over a spatially split image reads rows of the neighbouring blocks.
+XLA's partitioner sends them: it slices the edge rows of each block, shifts them one device along the
+axis with a collective-permute (the devices at the ends receive zeros), concatenates them around the
+block and masks the rows that fall outside the image; an image split along two dims repeats this per dim.
+Until the window op no device holds the shard of any global tensor, so the steps are tracked as a `Halo`
+fact (facts.py): along each exchanged dim, device `c` holds the rows `[b(c)·block − lo, b(c)·block + block
++ hi)` of a global tensor, and a known value (`fill`) at positions outside the tensor. Each rule below
+keeps that statement exact per device. A window op over a halo whose outside positions hold its padding
+value, with no padding of its own along those dims, computes the block of the global op padded by
+`(lo, hi)` (`window_padding`): `Holds` again.
+
+Anything else reading a halo is unsupported (`unknown`), never read as a block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import numpy.typing as npt
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Halo, Holds, Varying, upstream
+
+from scalify_hlo.ir.errors import ShardingError
+from scalify_hlo.ir.nodes import Literal, Op, TensorType
+from scalify_hlo.layout.mesh import Mesh
+from scalify_hlo.terms.term import scalar_value
+
+_OPS = ("slice", "collective_permute", "concatenate", "select")
+
+
+def applies(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> bool:
+    """Whether `op` is a step of a halo exchange: it reads a halo, or slices rows of a split dim's block."""
+    if op.opcode not in _OPS:
+        return False
+    if any(isinstance(f, Halo) for f in facts):
+        return True
+    return op.opcode == "slice" and len(facts) == 1 and isinstance(facts[0], Holds)
+
+
+def transfer(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    """The halo `op` makes, or None to leave `op` to the ordinary rules."""
+    match op.opcode:
+        case "slice":
+            return _slice(ctx, op, facts[0])
+        case "collective_permute":
+            return (_permute(ctx, op, facts[0]),)
+        case "concatenate":
+            return (_concatenate(ctx, op, facts),)
+        case "select":
+            return (_select(ctx, op, facts),)
+    return None
+
+
+# -- the rows each device holds ------------------------------------------------------------------------------
+
+def extent(h: Halo, dim: int) -> tuple[int, int]:
+    """(lo, hi) rows beyond the block along `dim` ((0, 0): the block itself)."""
+    return next(((lo, hi) for d, lo, hi in h.sides if d == dim), (0, 0))
+
+
+def _with_extent(h: Halo, dim: int, lo: int, hi: int) -> tuple[tuple[int, int, int], ...]:
+    sides = {d: (a, b) for d, a, b in h.sides}
+    sides[dim] = (lo, hi)
+    return tuple((d, a, b) for d, (a, b) in sorted(sides.items()) if (a, b) != (0, 0))
+
+
+def block_of(h: Halo, dim: int, mesh: Mesh) -> int:
+    return h.base.term.type.shape[dim] // mesh.size_of(h.base.layout.dims[dim])
+
+
+def rows(h: Halo, dim: int, mesh: Mesh) -> npt.NDArray[np.int64]:
+    """`[devices, local rows]`: the global row each device holds at each local position along `dim`."""
+    block = block_of(h, dim, mesh)
+    lo, hi = extent(h, dim)
+    index = mesh.linear_index(np.arange(mesh.size), h.base.layout.dims[dim], devices=True)
+    return index[:, None] * block - lo + np.arange(block + lo + hi)[None, :]
+
+
+def inside(h: Halo, mesh: Mesh, shape: tuple[int, ...]) -> npt.NDArray[np.bool_]:
+    """`[devices, *shape]` (the local shape): whether each device's element lies inside the tensor."""
+    out = np.ones((mesh.size, *shape), dtype=bool)
+    for d, _, _ in h.sides:
+        r = rows(h, d, mesh)
+        ok = (r >= 0) & (r < h.base.term.type.shape[d])
+        out &= ok.reshape(mesh.size, *(n if k == d else 1 for k, n in enumerate(shape)))
+    return out
+
+
+def outside(h: Halo, mesh: Mesh) -> bool:
+    """Whether some device holds a position outside the tensor (where it holds `fill`)."""
+    for d, _, _ in h.sides:
+        r = rows(h, d, mesh)
+        if r.size and (r.min() < 0 or r.max() >= h.base.term.type.shape[d]):
+            return True
+    return False
+
+
+def as_halo(f: Fact) -> Halo | None:
+    """A halo, or a plain block of a split value (a halo of no extra rows)."""
+    if isinstance(f, Halo):
+        return f
+    if isinstance(f, Holds) and f.layout.split_axes() and not f.layout.partial:
+        return Halo(f, (), None, None)
+    return None
+
+
+# -- the rules ---------------------------------------------------------------------------------------------
+
+def _slice(ctx: Ctx, op: Op, f: Fact) -> tuple[Fact, ...] | None:
+    """Rows `[start, limit)` of each device's block (or halo) along split dims, with any static slice of
+    the whole dims: a halo of negative extents. None (the ordinary rule) for a value whose blocks are kept."""
+    start = list(op.attrs["start_indices"])  # type: ignore[arg-type]
+    limit = list(op.attrs["limit_indices"])  # type: ignore[arg-type]
+    strides = list(op.attrs["strides"])  # type: ignore[arg-type]
+    local = op.operands[0].tensor.shape
+    h = as_halo(f)
+    if h is None:
+        return None
+    base = h.base
+    cut = [d for d, axes in enumerate(base.layout.dims) if axes and (start[d], limit[d], strides[d]) != (0, local[d], 1)]
+    if isinstance(f, Holds) and not cut:
+        return None
+    if any(strides[d] != 1 for d in cut):
+        return (ctx.unsupported(op, "a strided slice of a split dim's rows"),)
+    # The whole dims are sliced globally; the split dims stay whole in the base and narrow in the window.
+    gstart, glimit = list(start), list(limit)
+    for d, axes in enumerate(base.layout.dims):
+        if axes:
+            gstart[d], glimit[d] = 0, base.term.type.shape[d]
+    term = base.term
+    if (gstart, glimit, strides) != ([0] * len(local), list(term.type.shape), [1] * len(local)):
+        gshape = tuple(-(-(hi - lo) // st) for lo, hi, st in zip(gstart, glimit, strides, strict=True))
+        attrs = (("limit_indices", tuple(glimit)), ("start_indices", tuple(gstart)), ("strides", tuple(strides)))
+        term = ctx.terms.apply("slice", (term,), attrs, TensorType(gshape, term.type.dtype))
+    out = dataclasses.replace(h, base=Holds(term, base.layout, base.origin), origin=op)
+    for d in cut:
+        lo, hi = extent(h, d)
+        out = dataclasses.replace(out, sides=_with_extent(out, d, lo - start[d], hi - (local[d] - limit[d])))
+    return (out,)
+
+
+def _permute(ctx: Ctx, op: Op, f: Fact) -> Fact:
+    assert isinstance(f, Halo)
+    pairs = op.attrs.get("source_target_pairs")
+    if not isinstance(pairs, Literal):
+        return ctx.unsupported(op, "collective-permute without source-target pairs")
+    dims = f.base.layout.dims
+    found = next(((d, s) for d, axes in enumerate(dims) if axes
+                  and (s := axis_shift(pairs.array, ctx.mesh, axes)) is not None), None)
+    if found is None:
+        return ctx.unsupported(op, "a collective-permute of halo rows that is not a shift along the axes of "
+                                   "one split dim")
+    d, (k, cyclic) = found
+    lo, hi = extent(f, d)
+    if lo > 0 or hi > 0:
+        return ctx.unsupported(op, "a collective-permute of rows that reach beyond a device's own block")
+    block = block_of(f, d, ctx.mesh)
+    # Device i receives device (i − k)'s rows along d: the same window, k blocks earlier. A device with no
+    # sender holds zeros, under a cyclic shift the other end's rows: either way at rows outside the tensor
+    # (the sent rows lie inside the sender's block). Other dims are as the sender held them.
+    fill = None if cyclic or (outside(f, ctx.mesh) and f.fill != 0.0) else 0.0
+    return dataclasses.replace(f, sides=_with_extent(f, d, lo + k * block, hi - k * block), fill=fill, origin=op)
+
+
+def axis_shift(pairs: npt.ArrayLike, mesh: Mesh, axes: tuple[str, ...]) -> tuple[int, bool] | None:
+    """(k, cyclic) when the pairs send every device to the one k places later along the mixed-radix index
+    of `axes` (other coordinates equal): all such pairs (`cyclic`: modulo the axes' size, otherwise only
+    those that stay in range, the ends receiving nothing); else None. For a cyclic shift, k is the one of
+    the two equivalent shifts of least magnitude."""
+    p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    n = mesh.size_of(axes)
+    if n < 2 or not len(p) or len(np.unique(p[:, 0])) != len(p) or len(np.unique(p[:, 1])) != len(p):
+        return None
+    try:
+        src, dst = mesh.coords(p[:, 0]), mesh.coords(p[:, 1])
+    except ShardingError:
+        return None
+    others = [i for i, name in enumerate(mesh.names) if name not in axes]
+    if (src[:, others] != dst[:, others]).any():
+        return None
+    step = mesh.linear_index(dst, axes) - mesh.linear_index(src, axes)
+    k = int(step[0])
+    if k != 0 and (step == k).all() and len(p) == mesh.size // n * (n - abs(k)):
+        return k, False
+    wrapped = step % n
+    if len(p) == mesh.size and wrapped[0] != 0 and (wrapped == wrapped[0]).all():
+        k = int(wrapped[0])
+        return (k if 2 * k <= n else k - n), True
+    return None
+
+
+def _concatenate(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
+    dim = int(op.attrs["dimension"])  # type: ignore[arg-type]
+    failed = next((f for f in facts if isinstance(f, Failed)), None)
+    if failed is not None:
+        return upstream(failed, op)
+    parts = [as_halo(f) for f in facts]
+    halos = [h for h in parts if h is not None]
+    if len(halos) != len(parts):
+        return ctx.unsupported(op, "a concatenate of halo rows with values that are not rows of the same tensor")
+    first = halos[0]
+    base = first.base
+    if any(h.base.term.id != base.term.id or h.base.layout != base.layout for h in halos):
+        return ctx.unsupported(op, "a concatenate of halo rows of different tensors")
+    if not base.layout.dims[dim]:
+        return ctx.unsupported(op, "a concatenate of halo rows along a dim that is not split")
+    if any({s for s in h.sides if s[0] != dim} != {s for s in first.sides if s[0] != dim} for h in halos):
+        return ctx.unsupported(op, "a concatenate of halo rows that differ along another dim")
+    block = block_of(first, dim, ctx.mesh)
+    for a, b in itertools.pairwise(halos):
+        if -extent(b, dim)[0] != block + extent(a, dim)[1]:  # b must start where a ends
+            # Rows of one tensor side by side that are not neighbours: evidence (backed by a counterexample
+            # or `unknown`), at the permute that moved the rows, where a wrong shift is written.
+            moved = [h.origin for h in (a, b) if h.origin is not None and h.origin.opcode == "collective_permute"]
+            at = moved[0] if moved else op
+            return ctx.fail(at, f"rows of one tensor concatenated along dim {dim} that are not neighbours: each "
+                            f"device's rows [{-extent(a, dim)[0]}, {block + extent(a, dim)[1]}) then "
+                            f"[{-extent(b, dim)[0]}, {block + extent(b, dim)[1]}) around its block (a halo row "
+                            "sent to the wrong neighbour, or the wrong row sent)", evidence=True)
+    fills = {h.fill for h in halos if outside(h, ctx.mesh)}
+    fill = fills.pop() if len(fills) == 1 else None
+    sides = _with_extent(first, dim, extent(first, dim)[0], extent(halos[-1], dim)[1])
+    return Halo(base, sides, fill, op)
+
+
+def _select(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
+    """`select(mask, halo, c)` (or `select(mask, c, halo)`) with `c` a splat constant: the halo with fill
+    `c` when the mask keeps every position inside the tensor on every device and, unless the halo's fill
+    is already `c`, clears every position outside it."""
+    pred, a, b = facts
+    failed = next((f for f in facts if isinstance(f, Failed)), None)
+    if failed is not None:
+        return upstream(failed, op)
+    keep_true = isinstance(a, Halo)
+    h, other = (a, b) if keep_true else (b, a)
+    if not isinstance(h, Halo) or not isinstance(other, Holds) or other.layout.partial:
+        return ctx.unsupported(op, "a select between a halo and a value that is not a constant")
+    c = scalar_value(other.term)
+    shape = op.result.tensor.shape
+    mask = _mask_values(ctx, pred, shape)
+    if c is None or mask is None:
+        return ctx.unsupported(op, "a select of halo rows by a mask that is not computed per device")
+    if not keep_true:
+        mask = ~mask
+    held = inside(h, ctx.mesh, shape)
+    if not mask[held].all():
+        return ctx.unsupported(op, "a mask that clears positions inside the tensor from a halo")
+    if h.fill != c and mask[~held].any():
+        return ctx.unsupported(op, "a mask that keeps positions outside the tensor in a halo")
+    return dataclasses.replace(h, fill=c if outside(h, ctx.mesh) else h.fill)
+
+
+def _mask_values(ctx: Ctx, pred: Fact, shape: tuple[int, ...]) -> npt.NDArray[np.bool_] | None:
+    """`[devices, *shape]`: the mask on every device, computed per device or a constant of the program."""
+    if isinstance(pred, Varying):
+        return np.asarray(pred.values, dtype=bool).reshape(ctx.mesh.size, *shape)
+    if isinstance(pred, Holds) and not pred.layout.split_axes() and not pred.layout.partial:
+        folded = ctx.fold(pred.term)
+        if folded is not None and folded.shape == shape:
+            return np.broadcast_to(np.asarray(folded, dtype=bool), (ctx.mesh.size, *shape))
+    return None
+
+
+# -- window ops over a halo ----------------------------------------------------------------------------------
+
+def window_padding(ctx: Ctx, op: Op, h: Halo, dim: int, padding: tuple[int, int], dilation: int, stride: int,
+                   window: int, pad_value: float) -> tuple[int, int] | Failed:
+    """The padding along `dim` of the global window op (convolution, reduce_window) whose block each device
+    computes by applying the op to its halo with `padding` of its own, input `dilation`, `stride` and a
+    window spanning `window` rows, when the op pads with `pad_value`."""
+    block = block_of(h, dim, ctx.mesh)
+    if padding != (0, 0) or dilation != 1 or block % stride:
+        return ctx.unsupported(op, f"a window over halo rows with padding {padding}, input dilation {dilation} "
+                                   f"and stride {stride} (block {block})")
+    if outside(h, ctx.mesh) and h.fill != pad_value:
+        return ctx.unsupported(op, f"a window over halo rows holding {h.fill} outside the tensor, where the "
+                                   f"op pads with {pad_value}")
+    lo, hi = extent(h, dim)
+    held = block + lo + hi
+    if held < window or (held - window) // stride + 1 != block // stride:
+        return ctx.unsupported(op, f"a window of {window} over {held} halo rows that does not give the device's "
+                                   f"{block // stride} output rows")
+    return lo, hi
+
+
+def contracted_window(ctx: Ctx, op: Op, h: Halo | None, dim: int, kernel_rows: int, padding: tuple[int, int],
+                      lhs_dilation: int, rhs_dilation: int) -> tuple[int, int] | Failed:
+    """The padding along `dim` of the global convolution of which each device computes a partial sum when
+    the kernel's rows along that dim are split like the input's (a weight gradient): device i's kernel
+    rows are rows `[i·kb, (i+1)·kb)` of the kernel, which meet the input rows from `i·kb·dilation − lo`,
+    where its halo starts when the input's block is `kb·dilation`. Both output sizes then agree."""
+    if h is None:
+        return ctx.unsupported(op, "a convolution over a split kernel dim of a partial input")
+    n = ctx.mesh.size_of(h.base.layout.dims[dim])
+    block = block_of(h, dim, ctx.mesh)
+    if kernel_rows % n or padding != (0, 0) or lhs_dilation != 1 or block != kernel_rows // n * rhs_dilation:
+        return ctx.unsupported(op, f"a convolution over split input and kernel rows (input block {block}, "
+                                   f"kernel {kernel_rows} rows over {n} devices, padding {padding}, dilations "
+                                   f"{lhs_dilation}/{rhs_dilation}) whose windows are not the blocks' own")
+    if outside(h, ctx.mesh) and h.fill != 0.0:
+        return ctx.unsupported(op, "a convolution of halo rows whose rows outside the image are not zero")
+    return extent(h, dim)
