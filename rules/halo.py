@@ -25,7 +25,8 @@ from scalify_hlo.rules.facts import Ctx, Fact, Failed, Halo, Holds, Varying, ups
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Literal, Op, TensorType
-from scalify_hlo.layout.mesh import Mesh
+from scalify_hlo.layout.groups import match_axis_index
+from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.terms.term import scalar_value
 
 _OPS = ("slice", "collective_permute", "concatenate", "select")
@@ -262,6 +263,43 @@ def _mask_values(ctx: Ctx, pred: Fact, shape: tuple[int, ...]) -> npt.NDArray[np
         if folded is not None and folded.shape == shape:
             return np.broadcast_to(np.asarray(folded, dtype=bool), (ctx.mesh.size, *shape))
     return None
+
+
+def dynamic_window(ctx: Ctx, x: Holds, dim: int, offsets: npt.NDArray[np.int64], sizes: list[int],
+                   op: Op) -> Halo | None:
+    """A dynamic-slice of a whole tensor at `block · index + c` along `dim` (index: the device's along some
+    axes), `sizes[dim]` rows long: each device's block of the tensor and rows around it, a halo. Seen
+    through a zero-interior pad of the dim (XLA's cumsum over a split dim slices a padded all-gather), the
+    halo is of the unpadded tensor, with the pad value outside it. None where that is not what it is."""
+    local = x.term.type.shape
+    if x.layout.partial or x.layout.dims[dim] or any(
+            k != dim and sizes[k] != n for k, n in enumerate(x.layout.local_shape(local, ctx.mesh))):
+        return None
+    if (offsets < 0).any() or (offsets > local[dim] - sizes[dim]).any():
+        return None  # clamped by the op: not a window at these offsets
+    first = int(offsets[int(ctx.mesh.device_array().flat[0])])
+    match = match_axis_index(offsets - first, ctx.mesh)
+    if match is None or not match[0] or match[1] <= 0:
+        return None
+    axes, block = match
+    term, shift, fill = x.term, 0, None
+    if term.op == "pad":
+        low, high, inner = (tuple(term.attr(k)) for k in ("edge_padding_low", "edge_padding_high", "interior_padding"))
+        if any(inner) or any(k != dim and (low[k], high[k]) != (0, 0) for k in range(len(low))):
+            return None
+        term, shift, fill = term.args[0], int(low[dim]), scalar_value(term.args[1])
+        if fill is None:
+            return None
+    if term.type.shape[dim] != block * ctx.mesh.size_of(axes):
+        return None
+    dims = list(x.layout.dims)
+    dims[dim] = axes
+    try:
+        layout = Layout(tuple(dims))
+    except ShardingError:
+        return None
+    lo = shift - first
+    return Halo(Holds(term, layout, x.origin), ((dim, lo, sizes[dim] - block - lo),), fill, op)
 
 
 # -- window ops over a halo ----------------------------------------------------------------------------------

@@ -63,6 +63,9 @@ def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
             clamped = np.clip(off, 0, xlocal[d] - sizes[d])
             match = match_axis_index(clamped, ctx.mesh) if np.array_equal(clamped, off) else None
             if match is None or match[1] != sizes[d] or not match[0]:
+                window = H.dynamic_window(ctx, x, d, off, sizes, op)
+                if window is not None:
+                    return (window,)
                 return (ctx.fail(op, f"dynamic-slice offsets along dim {d} ({off[:8].tolist()}...) are not "
                                  f"{sizes[d]} × the index of the device along any mesh axes: not a shard",
                                  evidence=True),)

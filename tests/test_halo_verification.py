@@ -1,4 +1,5 @@
-"""Halo exchange (rules/halo.py): XLA's partitioned 3x3 conv of a height-split image, and edits of it.
+"""Halo exchange (rules/halo.py): XLA's partitioned 3x3 conv of a height-split image, its partitioned
+cumsum over a split dim, and edits of both.
 
 The fixture `conv_spatial_halo_shardy` slices the edge rows of each block, shifts them one device along
 "tp" with two collective-permutes, concatenates them around the block, masks the rows outside the image
@@ -6,7 +7,8 @@ and convolves VALID along the height. Every edit below changes one of those step
 edited program comes from running it beside the reference (the NumPy interpreter), and the prover must
 never call a wrong one equivalent. Two edits keep the program right (a cyclic shift whose wrapped rows
 the mask clears; a mask that clears nothing where the zeros from the image's edge are already there):
-those must still be proven.
+those must still be proven. XLA's cumsum over a dim split over 8 devices all-gathers it, pads 31 zero
+rows in front and slices 35 rows at 4 × the device's index: a halo of 31 rows above each block.
 """
 
 from __future__ import annotations
@@ -49,8 +51,19 @@ EDITS: dict[str, tuple[tuple[str, str], ...]] = {
 RIGHT = {"cyclic shift, wrapped rows masked", "mask that clears nothing"}
 
 
-def _edited(edits: tuple[tuple[str, str], ...]) -> str:
-    text = TEXT
+CUMSUM = FIXTURES / "fa_cumsum_sharded_dim_shardy"
+CUMSUM_BEFORE = parse_mlir((CUMSUM / "before.mlir").read_text(), "before.mlir")
+CUMSUM_EDITS: dict[str, tuple[str, str]] = {
+    "offsets 3 × index": ("constant.10 = s32[] constant(4)", "constant.10 = s32[] constant(3)"),
+    "offsets one block on": ("constant({0, 1, 2, 3, 4, 5, 6, 7})", "constant({1, 2, 3, 4, 5, 6, 7, 8})"),
+    "offset table permuted": ("constant({0, 1, 2, 3, 4, 5, 6, 7})", "constant({0, 1, 2, 3, 4, 5, 7, 6})"),
+    "one pad row moved behind": ("padding=31_0x0_0", "padding=30_1x0_0"),
+    "the pad behind": ("padding=31_0x0_0", "padding=0_31x0_0"),
+    "padded with ones": ("%constant.3.clone = f32[] constant(0)", "%constant.3.clone = f32[] constant(1)"),
+}
+
+
+def _edited(edits: tuple[tuple[str, str], ...], text: str = TEXT) -> str:
     for old, new in edits:
         assert old in text, old
         text = text.replace(old, new)
@@ -64,6 +77,20 @@ def test_edited_halo_exchange(name: str) -> None:
     assert truth["ran"] and truth["ok"] == (name in RIGHT), truth["summary"]
     report = prove(BEFORE, after)
     assert report.name == ("equivalent" if name in RIGHT else "discrepancy"), report.render()
+
+
+def test_partitioned_cumsum_is_proven() -> None:
+    after = parse_hlo((CUMSUM / "after.hlo").read_text(), "after.hlo")
+    assert prove(CUMSUM_BEFORE, after).name == "equivalent"
+
+
+@pytest.mark.parametrize("name", list(CUMSUM_EDITS))
+def test_edited_partitioned_cumsum(name: str) -> None:
+    after = parse_hlo(_edited((CUMSUM_EDITS[name],), (CUMSUM / "after.hlo").read_text()), "edited.hlo")
+    truth = numeric_check(CUMSUM_BEFORE, after, seed=0)
+    assert truth["ran"] and not truth["ok"], truth["summary"]
+    report = prove(CUMSUM_BEFORE, after)
+    assert report.name == "discrepancy", report.render()
 
 
 _PAIR = st.tuples(st.integers(0, 7), st.integers(0, 7))

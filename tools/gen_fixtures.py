@@ -1740,11 +1740,11 @@ def _oc_pair(ref: Callable[..., Any], body: Callable[..., Any], shape: tuple[int
     return fn
 
 
-def _oc_partitioned(ref: Callable[..., Any], shape: tuple[int, ...], spec: Any, out_spec: Any
-                    ) -> Callable[[str], Built]:
+def _oc_partitioned(ref: Callable[..., Any], shape: tuple[int, ...], spec: Any, out_spec: Any, *,
+                    shardy: bool = True) -> Callable[[str], Built]:
     def fn(name: str) -> Built:
         mesh = make_mesh(OC.MESH_2D, ("dp", "tp"))
-        return partitioned_pair(name, ref, mesh, _fa_normal(name, shape), ["x"], [spec], out_spec)
+        return partitioned_pair(name, ref, mesh, _fa_normal(name, shape), ["x"], [spec], out_spec, shardy=shardy)
 
     return fn
 
@@ -1805,6 +1805,11 @@ fixture("oc_top_k_rows_shard_map", "lax.top_k (k=4) of each whole row, rows spli
         "indices (correct)")(_oc_pair(OC.top_k_ref, OC.top_k_body, (16, 32), ROWS, (ROWS, ROWS)))
 fixture("oc_top_k_smallest_shard_map", "top_k of the negated rows: the 4 smallest where the largest are "
         "meant")(_oc_pair(OC.top_k_ref, OC.top_k_smallest_body, (16, 32), ROWS, (ROWS, ROWS)))
+fixture("oc_cumsum_split_two_axes_shardy", "jnp.cumsum over rows split over dp and tp together (8 blocks), "
+        "Shardy: a padded all-gather sliced at 4 × the device's index")(
+    _oc_partitioned(OC.cumsum_rows_ref, (32, 6), P(("dp", "tp"), None), P(("dp", "tp"), None)))
+fixture("oc_cummax_split_dim_gspmd", "lax.cummax over rows split over tp, columns over dp, GSPMD")(
+    _oc_partitioned(OC.cummax_rows_ref, (16, 6), P("tp", "dp"), P("tp", "dp"), shardy=False))
 
 
 

@@ -7,8 +7,8 @@ twins (a ``# BUG:`` line) `discrepancy` at that line:
 - ``jnp.argmax`` lowers to a variadic ``reduce`` of the values and an iota of indices with a comparator
   body. Along a dim whole on every device it runs shard by shard; along a split dim XLA reduces each
   device's block (with global indices) and combines the gathered block results with the same body;
-- ``reduce_window``: average and max pooling over the spatial dims of a batch-split NHWC tensor, and
-  ``jnp.cumsum`` along a dim whole on every device (a window as long as the dim, padded in front).
+- ``reduce_window``: average and max pooling of a batch-split NHWC tensor, ``jnp.cumsum`` along a dim whole
+  on every device (a window as long as the dim, padded in front), and XLA's cumsum / cummax of a split dim.
 
 The mesh is 8 devices on "x" (or 2 x 4 with axes "dp", "tp").
 """
@@ -155,3 +155,16 @@ def top_k_body(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 def top_k_smallest_body(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     values, ids = lax.top_k(-x, 4)  # BUG: the 4 smallest, not the 4 largest
     return -values, ids
+
+
+# ------------------------------------------------------- prefix scans over a split dim, as XLA partitions them
+# XLA gathers the dim, pads it in front and slices each device a window ending at its block's last row
+# (rules/halo.py reads that as a halo above the block).
+
+
+def cumsum_rows_ref(x: jax.Array) -> jax.Array:
+    return jnp.cumsum(x, axis=0)
+
+
+def cummax_rows_ref(x: jax.Array) -> jax.Array:
+    return lax.cummax(x, axis=0)
