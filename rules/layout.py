@@ -9,6 +9,7 @@ local dim; a value replicated over axes combined with one split over them is see
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -27,7 +28,7 @@ from scalify_hlo.rules.facts import (
     view,
 )
 
-from scalify_hlo.ir.nodes import Op, TensorType
+from scalify_hlo.ir.nodes import EMPTY_ATTRS, Op, TensorType
 from scalify_hlo.layout.mesh import Layout
 
 
@@ -222,7 +223,8 @@ def bitcast(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     src = tuple(int(i) for i in np.asarray(op.attrs["source_layout"].array))  # type: ignore[union-attr]
     res = tuple(int(i) for i in np.asarray(op.attrs["result_layout"].array))  # type: ignore[union-attr]
     if src == tuple(reversed(range(len(src)))) and res == tuple(reversed(range(len(res)))):
-        return reshape(ctx, op, facts)
+        # (as the reshape it is: a per-device value, an offset read from a table, stays one)
+        return reshape(ctx, dataclasses.replace(op, opcode="reshape", attrs=EMPTY_ATTRS), facts)
     ops = holds_operands(ctx, op, facts)
     if isinstance(ops, Failed):
         return (ops,)

@@ -1826,11 +1826,12 @@ def _st_ties(name: str, shape: tuple[int, ...]) -> list[np.ndarray]:
     return [rng_for(name).integers(0, 8, size=shape).astype(np.float32)]
 
 
-def _st_partitioned(ref: Callable[..., Any], out_spec: Any, shardy: bool = True) -> Callable[[str], Built]:
+def _st_partitioned(ref: Callable[..., Any], out_spec: Any, shardy: bool = True,
+                    compiled: bool = False) -> Callable[[str], Built]:
     def fn(name: str) -> Built:
         mesh = make_mesh(ST.MESH_2D, ("dp", "tp"))
         return partitioned_pair(name, ref, mesh, _st_ties(name, (8, 32)), ["x"], [P("dp", "tp")], out_spec,
-                                shardy=shardy)
+                                shardy=shardy, compiled_text=compiled)
 
     return fn
 
@@ -1855,6 +1856,14 @@ fixture("sort_argsort_split_dim_gspmd", "jnp.argsort along the dim split over tp
 fixture("top_k_split_dim_shardy", "lax.top_k (k=4) along the dim split over tp (2x4 mesh), Shardy: "
         "all-gathers, HLO topk of whole rows, the device's rows sliced out (correct)")(
     _st_partitioned(ST.top_k_ref, (P("dp"), P("dp"))))
+
+
+@fixture("top_k_split_dim_compiled_shardy", "the same, as compiled.as_text() gives it: XLA's TopK custom call "
+         "(a total-order comparator of the values as its called computation)")
+def _top_k_compiled(name: str) -> Built:
+    built = _st_partitioned(ST.top_k_ref, (P("dp"), P("dp")), compiled=True)(name)
+    assert 'custom_call_target="TopK"' in built.after_text, f"{name}: no TopK custom call in the compiled module"
+    return built
 
 
 @fixture("sort_split_dim_descending_mutated", "sort_split_dim_shardy after.hlo with the sort comparator's LT "

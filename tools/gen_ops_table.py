@@ -160,8 +160,6 @@ REASONS: dict[str, str] = {
     "stablehlo.uniform_quantize": "quantized types not modelled",
     "stablehlo.custom_call @CustomSPMDPartitioning": "jax custom_partitioning: an opaque user kernel",
     "stablehlo.custom_call @InspectSharding": "jax.debug.inspect_array_sharding: a host callback",
-    "stablehlo.custom_call @TopK": "XLA's top-k custom call (compiled modules only; the SPMD dump has HLO "
-                                   "`topk`): its comparator body is not recognised yet",
     "stablehlo.custom_call @xla.sdy.GlobalToLocalShape": "Shardy round-trip through HLO: not modelled yet",
     "stablehlo.custom_call @xla.sdy.LocalToGlobalShape": "Shardy round-trip through HLO: not modelled yet",
     "stablehlo.custom_call @xla.sdy.PropagationBarrier": _INTERNAL_SDY,

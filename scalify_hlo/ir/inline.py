@@ -40,10 +40,13 @@ class _Inliner:
                 ops.extend(inner.ops)
                 env.update(zip(op.results, inner.results, strict=True))
                 continue
+            called = self._called(op)
+            if called:
+                op = dataclasses.replace(op, regions=called)
             if not fresh and site is None and not op.regions and operands == op.operands:
                 ops.append(op)  # nothing to rewrite: share the op (most ops of an entry function)
                 continue
-            regions = tuple(self.region(r, env, fresh, site, stack) for r in op.regions)
+            regions = tuple(self.region(r, env, fresh or bool(called), site, stack) for r in op.regions)
             results = tuple(self._clone(r, env) for r in op.results) if fresh else op.results
             loc = _merge(op.loc, site) if site is not None else op.loc
             ops.append(dataclasses.replace(op, operands=operands, results=results, regions=regions, loc=loc))
@@ -55,6 +58,14 @@ class _Inliner:
             return op.regions[0], f"{op.opcode}:{op.loc.name or id(op)}"
         callee = str(op.attrs["callee"])
         return self.module.funcs[callee].body, callee
+
+    def _called(self, op: Op) -> tuple[Region, ...]:
+        """A custom call's called computations (XLA's TopK comparator), to become its regions as the bodies
+        of the ops that have them; () for any other op."""
+        names = op.attrs.get("called_computations") if op.opcode == "custom_call" and not op.regions else None
+        if not isinstance(names, tuple) or not names or any(str(n) not in self.module.funcs for n in names):
+            return ()
+        return tuple(self.module.funcs[str(n)].body for n in names)
 
     @staticmethod
     def _clone(v: Value, env: dict[Value, Value]) -> Value:

@@ -8,6 +8,7 @@ devices disagree (trip counts, branch indices), every needed path runs and each 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +17,10 @@ import numpy as np
 from scalify_hlo.ir.nodes import DotDims, Literal, Op
 from scalify_hlo.numeric.kernels_index import int_attr as _ints
 from scalify_hlo.numeric.kernels_index import pad_with
+from scalify_hlo.numeric.kernels_index import top_k as top_k_kernel
 from scalify_hlo.numeric.kernels_linalg import POTRF_TARGETS, TRSM_TARGETS, lapack_potrf, lapack_trsm
 from scalify_hlo.numeric.values import MAX_TRIPS, NumericUnsupported, Val, as_array, dtype_of
+from scalify_hlo.ops.reducers import top_k_of_call
 
 if TYPE_CHECKING:
     from scalify_hlo.numeric.machine import Machine
@@ -213,6 +216,12 @@ def custom_call(m: Machine, op: Op, args: list[Val]) -> list[Val]:
         return lapack_potrf(m, op, args)
     if target in TRSM_TARGETS:
         return lapack_trsm(m, op, args)
+    if target == "TopK":
+        top_k = top_k_of_call(op if op.regions else _with_called(m, op))
+        if top_k is None:
+            raise NumericUnsupported(op, "a TopK comparator that is not a total order of the values")
+        out = top_k_kernel(m, top_k, args)
+        return [tuple(out)] if len(op.results) == 1 else out
     if target == "X64Combine":
         lo, hi = (as_array(a).astype(np.uint64) for a in args)
         return [((hi << np.uint64(32)) | lo).view(dtype_of(op.results[0]))]
@@ -221,6 +230,14 @@ def custom_call(m: Machine, op: Op, args: list[Val]) -> list[Val]:
         part = u & np.uint64(0xFFFFFFFF) if target == "X64SplitLow" else u >> np.uint64(32)
         return [part.astype(np.uint32).view(dtype_of(op.results[0]))]
     raise NumericUnsupported(op, f"custom call target {target!r}")
+
+
+def _with_called(m: Machine, op: Op) -> Op:
+    """`op` with its called computations as regions (the module's functions), as `ir.inline` gives them."""
+    names = op.attrs.get("called_computations")
+    if m.module is None or not isinstance(names, tuple) or any(str(n) not in m.module.funcs for n in names):
+        return op
+    return dataclasses.replace(op, regions=tuple(m.module.funcs[str(n)].body for n in names))
 
 
 def tuple_(m: Machine, op: Op, args: list[Val]) -> list[Val]:

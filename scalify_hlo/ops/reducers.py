@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from scalify_hlo.ir.dtypes import numpy_dtype
-from scalify_hlo.ir.nodes import Attrs, AttrValue, Op, Region, TensorType, Value
+from scalify_hlo.ir.nodes import Attrs, AttrValue, Literal, Op, Region, TensorType, TupleType, Value
 
 
 class Reducer(enum.Enum):
@@ -148,3 +148,75 @@ def arg_reducer_region(kind: str, value_dtype: str, index_dtype: str) -> Region:
     value = emit("select", (pick_value, v0, v1), value_dtype)
     index = emit("select", (pick_index, i0, i1), index_dtype)
     return Region((v0, i0, v1, i1), tuple(ops), (value, index))
+
+
+# ------------------------------------------------------------------------------- top-k comparator bodies
+# XLA's compiled modules carry `lax.top_k` as a `TopK` custom call whose comparator orders the values (the
+# indices ride along): a `compare` of the two values' total-order keys. For floats the key is the IEEE
+# bits as a signed integer with the magnitude bits flipped where the sign is set (`select(bits < 0, bits ^
+# INT_MAX, bits)`), the order of `lax.top_k`; integers compare as they are.
+
+_FLIP = {"GT": "LT", "LT": "GT"}
+
+
+def _total_key(v: Value, defs: dict[Value, Op]) -> Value | None:
+    """The argument whose total-order key `v` is, if `v` is one (an integer argument is its own key)."""
+    if v.tensor.dtype.startswith(("i", "ui")) and v not in defs:
+        return v
+    sel = defs.get(v)
+    if sel is None or sel.opcode != "select" or len(sel.operands) != 3:
+        return None
+    cond, flipped, bits = (defs.get(x) for x in sel.operands)
+    if bits is None or bits.opcode not in ("bitcast", "bitcast_convert") or cond is None or flipped is None:
+        return None
+    (arg,) = bits.operands
+    width = arg.tensor.dtype.removeprefix("b").removeprefix("f")
+    if not arg.tensor.dtype.startswith(("f", "bf")) or v.tensor.dtype != f"i{width}" or arg in defs:
+        return None
+    raw = bits.results[0]
+
+    def const(x: Value) -> int | None:
+        c = defs.get(x)
+        lit = c.attrs.get("value") if c is not None and c.opcode == "constant" else None
+        return int(lit.array.reshape(-1)[0]) if isinstance(lit, Literal) and lit.array.size == 1 else None
+
+    sign = (cond.opcode == "compare" and cond.attrs.get("comparison_direction") == "LT"
+            and cond.operands[0] == raw and const(cond.operands[1]) == 0)
+    ops = set(flipped.operands)
+    flip = flipped.opcode == "xor" and raw in ops and any(const(x) == (1 << (int(width) - 1)) - 1 for x in ops)
+    return arg if sign and flip and sel.operands[2] == raw else None
+
+
+def top_k_largest(region: Region) -> bool | None:
+    """True when `region` orders its first pair of arguments largest first in the total order, False
+    smallest first; None for any other comparator."""
+    if len(region.args) < 2 or len(region.results) != 1:
+        return None
+    defs = {r: op for op in region.ops for r in op.results}
+    root = defs.get(region.results[0])
+    if root is None or root.opcode != "compare" or root.attrs.get("compare_type") not in (None, "SIGNED", "UNSIGNED"):
+        return None
+    direction = str(root.attrs.get("comparison_direction"))
+    keys = [_total_key(x, defs) for x in root.operands]
+    if direction not in _FLIP or keys == [None, None]:
+        return None
+    if keys == [region.args[1], region.args[0]]:
+        keys, direction = keys[::-1], _FLIP[direction]
+    if keys != [region.args[0], region.args[1]]:
+        return None
+    return direction == "GT"
+
+
+def top_k_of_call(op: Op) -> Op | None:
+    """XLA's `TopK` custom call as the `top_k` op it computes (results: values, indices), when its
+    comparator (its first region: `ir.inline` attaches the called computation) is a total order."""
+    if str(op.attrs.get("call_target_name")) != "TopK" or len(op.operands) != 1 or not op.regions:
+        return None
+    largest = top_k_largest(op.regions[0])
+    results = op.results[0].type.elements if len(op.results) == 1 and isinstance(op.results[0].type, TupleType) \
+        else tuple(r.type for r in op.results)
+    if largest is None or len(results) != 2 or not all(isinstance(t, TensorType) for t in results):
+        return None
+    values = tuple(Value(t, f"{op.results[0].name}#{i}") for i, t in enumerate(results))
+    k = values[0].tensor.shape[-1]
+    return Op("top_k", op.operands, values, Attrs.of({"k": k, "largest": largest}), (), op.loc)

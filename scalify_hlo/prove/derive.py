@@ -24,13 +24,14 @@ from scalify_hlo.layout.program import manual_layouts
 from scalify_hlo.numeric.kernels import kernel_of
 from scalify_hlo.numeric.machine import Machine, NumericUnsupported, assemble, shard
 from scalify_hlo.ops.attrs import region_key, term_attrs
+from scalify_hlo.ops.reducers import top_k_of_call
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
 from scalify_hlo.prove import branches, cases, per_device
-from scalify_hlo.rules import boundary, halo, linalg, masking
+from scalify_hlo.rules import boundary, halo, linalg, masking, sorting
 from scalify_hlo.rules import collectives as C
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, PerBlock, Varying, constant_term
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, PerBlock, TupleFact, Varying, constant_term
 from scalify_hlo.rules.linalg import LAPACK_TARGETS
 from scalify_hlo.terms import evaluate as termeval
 from scalify_hlo.terms.table import Terms
@@ -383,6 +384,13 @@ def _custom_call(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...
         return boundary.full_to_shard(d.ctx, op, facts, d.annotated.get(op.operands[0]) if op.operands else None)
     if target == "SPMDShardToFullShape":
         return boundary.shard_to_full(d.ctx, op, facts)
+    if target == "TopK":
+        top_k = top_k_of_call(op)
+        if top_k is None:
+            return tuple(d.ctx.unsupported(op, "XLA's TopK custom call with a comparator that is not a total "
+                                              "order of the values") for _ in op.results)
+        out = sorting.top_k(d.ctx, top_k, facts)
+        return (TupleFact(out),) if len(op.results) == 1 else out
     return tuple(d.ctx.unsupported(op, f"custom call {target!r}") for _ in op.results)
 
 
