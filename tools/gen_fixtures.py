@@ -235,7 +235,7 @@ def compile_with_spmd_dump(lowered: Any) -> tuple[Any, str]:
         compiled = lowered.compile(
             # every module: a module filter in XLA_FLAGS (the numeric tests set one) must not hide this one
             compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
-                              "xla_dump_hlo_module_re": ".*"}
+                              "xla_dump_hlo_module_re": ".*", "xla_dump_large_constants": True}
         )
         module_name = re.search(r"^module @(\S+)", lowered.as_text(), re.M)
         assert module_name, "no module name in the lowered text"
@@ -1808,6 +1808,16 @@ fixture("oc_top_k_smallest_shard_map", "top_k of the negated rows: the 4 smalles
 fixture("oc_cumsum_split_two_axes_shardy", "jnp.cumsum over rows split over dp and tp together (8 blocks), "
         "Shardy: a padded all-gather sliced at 4 × the device's index")(
     _oc_partitioned(OC.cumsum_rows_ref, (32, 6), P(("dp", "tp"), None), P(("dp", "tp"), None)))
+@fixture("oc_special_functions_shardy", "erf, erf_inv, lgamma, digamma, tan, reduce_precision and an "
+         "optimization barrier of a value split over dp x tp, Shardy")
+def _oc_special(name: str) -> Built:
+    built = _oc_partitioned(OC.special_functions_ref, (8, 16), P("dp", "tp"), P("dp", "tp"))(name)
+    # (jax 0.12 computes gammaln itself, a table lookup and polynomials: no chlo.lgamma there)
+    for op in ("chlo.erf ", "chlo.erf_inv", "chlo.digamma", "tan", "reduce_precision", "optimization_barrier"):
+        assert op in built.before_text, f"{name}: {op} is not in the lowered reference"
+    return built
+
+
 fixture("oc_cummax_split_dim_gspmd", "lax.cummax over rows split over tp, columns over dp, GSPMD")(
     _oc_partitioned(OC.cummax_rows_ref, (16, 6), P("tp", "dp"), P("tp", "dp"), shardy=False))
 
@@ -2089,7 +2099,7 @@ fixture("lr_rbg_dropout_local_mask_shard_map", "rbg dropout in a shard_map drawi
 # ============================================================================================ writing
 
 
-def write_fixture(b: Built) -> dict[str, int]:
+def write_fixture(b: Built, out: Path = FIXTURES) -> dict[str, int]:
     assert b.verdict in ("equivalent", "discrepancy")
     assert (b.bug is None) == (b.verdict == "equivalent")
     if b.after_out is not None and b.after_kind != "mutated_hlo":
@@ -2099,7 +2109,7 @@ def write_fixture(b: Built) -> dict[str, int]:
                          f"(max diff {max_abs_diff(b.after_out, b.before_out):.3g})"
         else:
             assert not same, f"{b.name}: buggy program but XLA's after_out == before_out for these inputs"
-    out_dir = FIXTURES / b.name
+    out_dir = out / b.name
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
@@ -2218,6 +2228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="+", metavar="NAME", help="generate only these fixtures")
     ap.add_argument("--list", action="store_true", help="list the fixture names and exit")
+    ap.add_argument("--out", type=Path, default=FIXTURES, metavar="DIR",
+                    help="where to write them (tests/fixtures_newest: the text a newer jax writes, where it "
+                         "differs)")
     ns = ap.parse_args(argv)
     if ns.list:
         for n, (desc, _) in REGISTRY.items():
@@ -2232,17 +2245,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for n in names:
         t = time.perf_counter()
         b = build(n)
-        sizes = write_fixture(b)
+        sizes = write_fixture(b, ns.out)
         bug = f"{b.bug['file']}:{b.bug['line']}" if b.bug else "-"
         rows.append((n, b.after_kind, b.verdict, bug, sizes, time.perf_counter() - t))
-    total = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
+    total = sum(p.stat().st_size for p in ns.out.rglob("*") if p.is_file())
     print(f"{'fixture':40s} {'after kind':15s} {'verdict':12s} {'bug line':32s} "
           f"{'before':>7s} {'after':>7s} {'oracle':>7s} {'time':>6s}")
     for n, kind, verdict, bug, sizes, dt in rows:
         after = sizes.get("after.hlo", sizes.get("after.mlir", 0))
         print(f"{n:40s} {kind:15s} {verdict:12s} {bug:32s} {sizes['before.mlir'] / 1024:6.1f}K "
               f"{after / 1024:6.1f}K {sizes['oracle.npz'] / 1024:6.1f}K {dt:5.1f}s")
-    print(f"{len(rows)} fixtures written in {time.perf_counter() - t0:.1f}s; tests/fixtures total "
+    print(f"{len(rows)} fixtures written in {time.perf_counter() - t0:.1f}s; {ns.out.name} total "
           f"{total / 1024:.0f} KB")
     return 0
 

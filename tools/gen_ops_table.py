@@ -174,8 +174,9 @@ PARTIAL: dict[str, str] = {
     "chlo.top_k": "rows whole on every device, or a split last dim as the blocks' candidates; their merge "
                   "(offsets, gather in block order, top-k again, take_along_axis) is proven (terms/topk.py)",
     "mhlo.topk": "XLA's HLO `topk`, read as chlo.top_k (rows whole, or the blocks' candidates of a split dim)",
-    "stablehlo.reduce_window": "windows along dims whole on every device; a window over a split dim (XLA's "
-                               "partitioned cumsum) is unknown",
+    "stablehlo.reduce_window": "windows along whole dims; along a split dim, windows inside each block, or "
+                               "over a halo (XLA's pooling and prefix scans: rules/halo.py); other windows "
+                               "across blocks are unknown",
     "stablehlo.reduce": "variadic bodies over a split dim only when JAX's argmax/argmin comparator",
 }
 

@@ -180,6 +180,21 @@ def hlo_proto_to_stablehlo(proto: bytes) -> bytes:
 
 
 @functools.cache
+def _stablehlo_to_hlo() -> Callable[..., Any]:
+    return _first("StableHLO to HLO converter (mlir_module_to_xla_computation)", [
+        _attr("jaxlib._jax", "mlir.mlir_module_to_xla_computation"),  # jaxlib 0.10.2 - 0.12.0.1
+        _attr("jaxlib.xla_extension", "mlir.mlir_module_to_xla_computation"),  # older jaxlib
+    ])
+
+
+def stablehlo_to_hlo_proto(text: str) -> bytes:
+    """XLA's StableHLO→HLO converter (what compiling a JAX program starts with: chlo ops without an HLO
+    opcode become their expansions). Returns the serialized HLO module."""
+    computation = _stablehlo_to_hlo()(text, use_tuple_args=False, return_tuple=False)
+    return bytes(computation.as_serialized_hlo_module_proto())
+
+
+@functools.cache
 def hlo_sharding_class() -> Any:
     """XLA's `HloSharding`, whose `from_string` parses every GSPMD sharding spelling."""
     return _first("HloSharding", [

@@ -21,6 +21,7 @@ from scalify_hlo.ir.errors import MismatchError, Span, UsageError
 from scalify_hlo.ir.nodes import Module, Op, TensorType, walk
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.layout.program import Program, prepare, prepare_against
+from scalify_hlo.parsers.chlo import expand_for_hlo
 from scalify_hlo.prove import carried
 from scalify_hlo.prove.derive import Deriver, loop_term, while_terms
 from scalify_hlo.prove.egraph import EGraph
@@ -72,6 +73,8 @@ def prove(before: str | Path | Module, after: str | Path | Module, options: Opti
     timings["startup"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     bm, am = load(before), load(after)
+    if am.kind == "hlo":  # (XLA expanded the chlo ops it has no opcode for: so must the reference)
+        bm = expand_for_hlo(bm)
     timings["parse"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     bp = prepare(bm)

@@ -347,21 +347,21 @@ def _fold_scale(terms: Terms, op: str, args: tuple[Term, ...], type: TensorType)
     the folded constant is exactly representable in the program's dtype."""
     x, c = args
     cv = scalar_value(c)
-    if cv is None or not type.dtype.startswith(("f", "bf")):
-        return None
+    if cv is None or not math.isfinite(cv) or not type.dtype.startswith(("f", "bf")):
+        return None  # (inf and NaN are no ratio: x·inf·2 stays as written)
     if op == "multiply" and cv != 0 and abs(math.frexp(1.0 / cv)[0]) == 0.5 and abs(cv) < 1:
         return terms.apply("divide", (x, terms.splat(1.0 / cv, type)), (), type)
     if op == "divide" and x.op == "multiply" and cv != 0:
         inner, ic = x.args
         iv = scalar_value(ic)
-        if iv is not None:  # (x · a) / b = x · (a / b) when a / b is exact
+        if iv is not None and math.isfinite(iv):  # (x · a) / b = x · (a / b) when a / b is exact
             ratio = Fraction(iv) / Fraction(cv)
             if _exact(float(ratio), type.dtype) and Fraction(float(ratio)) == ratio:
                 return terms.apply("multiply", (inner, terms.splat(float(ratio), type)), (), type)
     if x.op == op:
         inner, ic = x.args
         iv = scalar_value(ic)
-        if iv is not None:
+        if iv is not None and math.isfinite(iv):
             exact = Fraction(iv) * Fraction(cv)
             if _exact(float(exact), type.dtype) and Fraction(float(exact)) == exact:
                 return terms.apply(op, (inner, terms.splat(float(exact), type)), (), type)

@@ -168,3 +168,15 @@ def cumsum_rows_ref(x: jax.Array) -> jax.Array:
 
 def cummax_rows_ref(x: jax.Array) -> jax.Array:
     return lax.cummax(x, axis=0)
+
+
+# ------------------------------------------------------------------- special functions, precision, barriers
+
+
+def special_functions_ref(x: jax.Array) -> jax.Array:
+    """erf, erf_inv, lgamma, digamma and tan of a sharded value (chlo ops), its bf16 rounding
+    (reduce_precision) and an optimization barrier between two uses."""
+    a, b = lax.optimization_barrier((jnp.abs(x) + 0.5, jnp.tanh(x) * 0.9))
+    smooth = jax.scipy.special.erf(x) + jax.scipy.special.erfinv(b) + jnp.tan(x * 0.5)
+    gammas = jax.scipy.special.gammaln(a) - jax.scipy.special.digamma(a)
+    return lax.reduce_precision(smooth * gammas, exponent_bits=8, mantissa_bits=7)
