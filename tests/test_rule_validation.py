@@ -330,3 +330,18 @@ def test_identities_keep_their_tensor_variables() -> None:
     xs = (frozenset("x"), frozenset("y"), frozenset("z"))
     for ident in algebra.IDENTITIES:
         assert ident.lhs(sym, *xs) == ident.rhs(sym, *xs), ident.name
+
+
+@pytest.mark.parametrize("c", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("op", ["multiply", "divide"])
+def test_scale_folding_leaves_non_finite_constants(op: str, c: float) -> None:
+    """x·c·2 and x/c/2 with c infinite or NaN: no ratio to fold (XLA's special-function expansions carry
+    such constants); the canonical form still computes what the program does."""
+    terms = Terms()
+    ty = TensorType((4,), "f32")
+    x = terms.param(0, ty, "x")
+    t = terms.apply(op, (terms.apply(op, (x, terms.splat(c, ty)), (), ty), terms.splat(2.0, ty)), (), ty)
+    v = np.array([1.5, -2.0, 0.0, 3.0], np.float32)
+    f = np.multiply if op == "multiply" else np.divide
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(evaluate(t, {x.id: v}), f(f(v, np.float32(c)), np.float32(2.0)))
