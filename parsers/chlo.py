@@ -73,6 +73,9 @@ def _expansion(opcode: str, ins: tuple[TensorType, ...], outs: tuple[TensorType,
 def expand_for_hlo(module: Module) -> Module:
     """`module` with each chlo op XLA expands replaced by a call of XLA's expansion (same operands, results
     and location); the module itself when there is none."""
+    chlo = chlo_opcodes()
+    if not any(op.opcode in chlo for f in module.funcs.values() for op in walk(f.body.ops)):
+        return module  # (most programs: one pass over the ops, nothing rebuilt)
     funcs: dict[str, Func] = {}
 
     def region(reg: Region) -> Region:
