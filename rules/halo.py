@@ -308,20 +308,37 @@ def window_padding(ctx: Ctx, op: Op, h: Halo, dim: int, padding: tuple[int, int]
                    window: int, pad_value: float) -> tuple[int, int] | Failed:
     """The padding along `dim` of the global window op (convolution, reduce_window) whose block each device
     computes by applying the op to its halo with `padding` of its own, input `dilation`, `stride` and a
-    window spanning `window` rows, when the op pads with `pad_value`."""
+    window spanning `window` rows, when the op pads with `pad_value`.
+
+    Undilated, the device's windows start at its block's first row: no padding of its own, a stride
+    dividing the block, one output per stride of the block, and the global padding is the halo's extents.
+    Dilated by r (the input gradient of a strided conv), its halo row m is the global row b·block − lo + m,
+    at dilated position r·(b·block − lo + m): the device's outputs are rows [b·r·block, (b+1)·r·block) of
+    the global op padded by r·lo + its own low padding, when its own padding lies between two dilated rows
+    (less than r) and it gives r·block outputs, stride 1."""
     block = block_of(h, dim, ctx.mesh)
-    if padding != (0, 0) or dilation != 1 or block % stride:
-        return ctx.unsupported(op, f"a window over halo rows with padding {padding}, input dilation {dilation} "
-                                   f"and stride {stride} (block {block})")
     if outside(h, ctx.mesh) and h.fill != pad_value:
         return ctx.unsupported(op, f"a window over halo rows holding {h.fill} outside the tensor, where the "
                                    f"op pads with {pad_value}")
     lo, hi = extent(h, dim)
     held = block + lo + hi
-    if held < window or (held - window) // stride + 1 != block // stride:
-        return ctx.unsupported(op, f"a window of {window} over {held} halo rows that does not give the device's "
-                                   f"{block // stride} output rows")
-    return lo, hi
+    if dilation == 1:
+        if padding != (0, 0) or block % stride:
+            return ctx.unsupported(op, f"a window over halo rows with padding {padding} and stride {stride} "
+                                       f"(block {block})")
+        if held < window or (held - window) // stride + 1 != block // stride:
+            return ctx.unsupported(op, f"a window of {window} over {held} halo rows that does not give the "
+                                       f"device's {block // stride} output rows")
+        return lo, hi
+    a, b = padding
+    span = a + (held - 1) * dilation + 1 + b
+    if stride != 1 or not (0 <= a < dilation and 0 <= b < dilation) or span - window + 1 != dilation * block:
+        return ctx.unsupported(op, f"a window over halo rows dilated by {dilation} with padding {padding}, stride "
+                                   f"{stride} and {held} rows (block {block}) whose outputs are not the block's")
+    n = ctx.mesh.size_of(h.base.layout.dims[dim])
+    size = h.base.term.type.shape[dim]
+    p_lo = a + dilation * lo
+    return p_lo, n * dilation * block + window - 1 - ((size - 1) * dilation + 1) - p_lo
 
 
 def contracted_window(ctx: Ctx, op: Op, h: Halo | None, dim: int, kernel_rows: int, padding: tuple[int, int],

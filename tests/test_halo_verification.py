@@ -124,3 +124,17 @@ def test_axis_shift_reads_linear_and_cyclic_shifts() -> None:
     assert axis_shift(np.array([(0, 4), (1, 5), (2, 6), (3, 7)]), mesh, ("tp",)) is None  # moves along dp
     assert axis_shift(np.array([(0, 4), (1, 5), (2, 6), (3, 7)]), mesh, ("dp",)) == (1, False)
     assert axis_shift(np.array([(0, 2), (1, 3), (4, 6), (5, 7)]), mesh, ("tp",)) == (2, False)
+
+
+GRADS = FIXTURES / "conv_net_grads_spatial_shardy"  # the strided conv's input gradient: dilated, over a halo
+
+
+@pytest.mark.parametrize("old,new", [("pad=0_1x2_1 lhs_dilate=2x2", "pad=1_0x2_1 lhs_dilate=2x2")])
+def test_edited_dilated_window_over_halo(old: str, new: str) -> None:
+    text = (GRADS / "after.hlo").read_text()
+    assert old in text
+    before = parse_mlir((GRADS / "before.mlir").read_text(), "before.mlir")
+    after = parse_hlo(text.replace(old, new), "edited.hlo")
+    truth = numeric_check(before, after, seed=0)
+    assert truth["ran"] and not truth["ok"], truth["summary"]
+    assert prove(before, after).name == "discrepancy"

@@ -1979,6 +1979,10 @@ fixture("conv_spatial_halo_hw_gspmd", "3x3 conv with stride 2, the image height 
 fixture("conv_spatial_halo_grads_shardy", "input and kernel gradients of a height-split 3x3 SAME conv: halo "
         "rows of the output gradient, and a kernel gradient summing every device's rows, Shardy")(
     _cv_partitioned(CV.conv_same_grads, (CV_TALL, CV_W1), (CV_ROWS, P()), (CV_ROWS, P())))
+fixture("conv_net_grads_spatial_shardy", "kernel gradients of the conv net (3x3 conv, relu, strided 3x3 conv) "
+        "with the image height split over tp: halo rows forward and backward, the strided conv's input "
+        "gradient a dilated conv over halo rows, Shardy")(
+    _cv_partitioned(CV.conv_train_loss_grad, (CV_TALL, CV_W1, CV_W2), (CV_ROWS, P(), P()), (P(), P())))
 fixture("pool_max_spatial_halo_shardy", "max pool (3x3, stride 2, SAME) of a height-split image: halo rows "
         "padded with -inf, Shardy")(
     _cv_partitioned(CV.max_pool, (CV_TALL,), (CV_ROWS,), CV_ROWS))
