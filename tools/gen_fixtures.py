@@ -1818,6 +1818,16 @@ def _oc_special(name: str) -> Built:
     return built
 
 
+@fixture("oc_fp8_matmuls_shardy", "an fp8 e4m3 matmul accumulating in f32 and an e5m2 round trip before a "
+         "matmul, x rows over dp and its columns over tp (the contraction: partial sums), Shardy")
+def _oc_fp8(name: str) -> Built:
+    mesh = make_mesh(OC.MESH_2D, ("dp", "tp"))
+    built = partitioned_pair(name, OC.fp8_matmuls_ref, mesh, _fa_normal(name, (16, 32), (32, 8)), ["x", "w"],
+                             [P("dp", "tp"), P("tp", None)], (P("dp", None), P("dp", None)))
+    assert "f8E4M3FN" in built.before_text and "f8E5M2" in built.before_text, f"{name}: no fp8 converts"
+    return built
+
+
 fixture("oc_cummax_split_dim_gspmd", "lax.cummax over rows split over tp, columns over dp, GSPMD")(
     _oc_partitioned(OC.cummax_rows_ref, (16, 6), P("tp", "dp"), P("tp", "dp"), shardy=False))
 

@@ -180,3 +180,10 @@ def special_functions_ref(x: jax.Array) -> jax.Array:
     smooth = jax.scipy.special.erf(x) + jax.scipy.special.erfinv(b) + jnp.tan(x * 0.5)
     gammas = jax.scipy.special.gammaln(a) - jax.scipy.special.digamma(a)
     return lax.reduce_precision(smooth * gammas, exponent_bits=8, mantissa_bits=7)
+
+
+def fp8_matmuls_ref(x: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """An fp8 (e4m3) matmul accumulating in float32, and an e5m2 round trip of the activations before a
+    float32 matmul: the converts of fp8 training recipes."""
+    q = jnp.dot(x.astype(jnp.float8_e4m3fn), w.astype(jnp.float8_e4m3fn), preferred_element_type=jnp.float32)
+    return q, x.astype(jnp.float8_e5m2).astype(jnp.float32) @ w
