@@ -31,6 +31,7 @@ from scalify_hlo.ir.nodes import Literal, Op, TensorType
 from scalify_hlo.layout.groups import axes_of_groups, device_groups, has_channel, shift_of_pairs
 from scalify_hlo.layout.mesh import Layout, Reducer
 from scalify_hlo.ops.reducers import COLLECTIVE_NAME, identity, reducer_of
+from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import Term
 
 # --------------------------------------------------------------------------------------------- collectives
@@ -318,8 +319,25 @@ def collective_permute(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact,
     if f.layout.dims[d] != (axis,):
         return (ctx.unsupported(op, "a shift along an axis that shares its dim with other axes"),)
     block = f.term.type.shape[d] // ctx.mesh.axis_size(axis)
-    term = ctx.terms.mk("roll", (f.term,), (("dim", d), ("shift", k * block)), f.term.type)
-    return (Holds(term, f.layout, f.origin),)
+    return (Holds(rolled(ctx.terms, f.term, d, k * block), f.layout, f.origin),)
+
+
+def rolled(terms: Terms, t: Term, dim: int, shift: int) -> Term:
+    """`jnp.roll(t, shift, dim)` as JAX writes it: the last `shift` rows, then the others (a concatenate of
+    two slices), so that a shift by permutes meets the reference's roll."""
+    n = t.type.shape[dim]
+    s = shift % n
+    if s == 0:
+        return t
+
+    def rows(lo: int, hi: int) -> Term:
+        start = tuple(lo if i == dim else 0 for i in range(t.type.rank))
+        limit = tuple(hi if i == dim else m for i, m in enumerate(t.type.shape))
+        shape = tuple(hi - lo if i == dim else m for i, m in enumerate(t.type.shape))
+        attrs = (("limit_indices", limit), ("start_indices", start), ("strides", (1,) * t.type.rank))
+        return terms.apply("slice", (t,), attrs, TensorType(shape, t.type.dtype))
+
+    return terms.apply("concatenate", (rows(n - s, n), rows(0, n - s)), (("dimension", dim),), t.type)
 
 
 def partition_id(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

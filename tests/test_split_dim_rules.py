@@ -79,3 +79,15 @@ def test_sort_of_blocks_is_the_sort_of_the_moved_tensor(dims: tuple[tuple[str, .
     value = np.random.default_rng(1).integers(0, 5, shape).astype(np.float32)
     np.testing.assert_array_equal(shard(evaluate(moved, {x.id: value}), Layout(tuple(new)), MESH),
                                   shard(value, layout, MESH))  # the same local values on every device
+
+
+@pytest.mark.parametrize("shift", [0, 3, -5, 12, 17])
+def test_a_cyclic_shift_term_is_jnp_roll(shift: int) -> None:
+    """A permute that shifts blocks cyclically holds `jnp.roll` of the value, spelled as JAX lowers it (two
+    slices, concatenated), so it meets the reference's roll."""
+    terms = Terms()
+    x = terms.param(0, TensorType((4, 12), "f32"), "x")
+    t = collectives.rolled(terms, x, 1, shift)
+    v = np.arange(48, dtype=np.float32).reshape(4, 12)
+    np.testing.assert_array_equal(evaluate(t, {x.id: v}), np.roll(v, shift, axis=1))
+    assert shift % 12 == 0 or t.op == "concatenate"
