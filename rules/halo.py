@@ -30,15 +30,26 @@ from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.terms.term import scalar_value
 
 _OPS = ("slice", "collective_permute", "concatenate", "select")
+WINDOW_OPS = ("convolution", "reduce_window", "tuple", "get_tuple_element")  # read halos in their own rules
 
 
 def applies(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> bool:
-    """Whether `op` is a step of a halo exchange: it reads a halo, or slices rows of a split dim's block."""
-    if op.opcode not in _OPS:
-        return False
+    """Whether `op` is a step of a halo exchange (it slices rows of a split dim's block, or moves a halo on),
+    or reads a halo where no rule models it."""
     if any(isinstance(f, Halo) for f in facts):
-        return True
+        return op.opcode not in WINDOW_OPS
     return op.opcode == "slice" and len(facts) == 1 and isinstance(facts[0], Holds)
+
+
+def describe(h: Halo, ctx: Ctx) -> str:
+    """What each device holds, in words: which rows of which split dim."""
+    parts = []
+    for d, lo, hi in h.sides:
+        block = block_of(h, d, ctx.mesh)
+        axes = list(h.base.layout.dims[d])
+        parts.append(f"rows [{-lo}, {block + hi}) around its block of dim {d} (split over {axes}, blocks of "
+                     f"{block})")
+    return "on each device " + " and ".join(parts)
 
 
 def transfer(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
@@ -52,7 +63,10 @@ def transfer(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | No
             return (_concatenate(ctx, op, facts),)
         case "select":
             return (_select(ctx, op, facts),)
-    return None
+    h = next(f for f in facts if isinstance(f, Halo))
+    return tuple(ctx.unsupported(op, f"{op.opcode} of a value that holds {describe(h, ctx)}: no rule reads such "
+                                     "rows except convolutions and window reductions (XLA's halo exchange)")
+                 for _ in op.results)
 
 
 # -- the rows each device holds ------------------------------------------------------------------------------

@@ -41,8 +41,8 @@ from scalify_hlo.report.verdicts import (
     Report,
     Unknown,
 )
-from scalify_hlo.rules import perblock
-from scalify_hlo.rules.facts import Fact, Failed, Holds, Varying, view
+from scalify_hlo.rules import halo, perblock
+from scalify_hlo.rules.facts import Fact, Failed, Halo, Holds, Varying, view
 from scalify_hlo.terms import block_equality, blockwise
 from scalify_hlo.terms.joins import is_constant
 from scalify_hlo.terms.ranges import dtype_bounds
@@ -398,7 +398,8 @@ class _Prover:
                     partial[id(finding)] = partial_counterexample(j, bt.type.rank)
                 continue
             if not isinstance(g, Holds):
-                doubts.append(Finding(f"output {j} is not a tensor fact"))
+                what = f"holds {halo.describe(g, ad.ctx)}" if isinstance(g, Halo) else "is not a tensor fact"
+                doubts.append(Finding(f"output {j} {what}"))
                 continue
             expected = self._expected_layout(j, bt.type.rank)
             if g.layout.partial:
