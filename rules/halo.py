@@ -30,14 +30,15 @@ from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.terms.term import scalar_value
 
 _OPS = ("slice", "collective_permute", "concatenate", "select")
-WINDOW_OPS = ("convolution", "reduce_window", "tuple", "get_tuple_element")  # read halos in their own rules
+# Ops whose own rules read a halo (the window ops) or pass it on untouched (tuples).
+_READ_ELSEWHERE = ("convolution", "reduce_window", "tuple", "get_tuple_element")
 
 
 def applies(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> bool:
     """Whether `op` is a step of a halo exchange (it slices rows of a split dim's block, or moves a halo on),
     or reads a halo where no rule models it."""
     if any(isinstance(f, Halo) for f in facts):
-        return op.opcode not in WINDOW_OPS
+        return op.opcode not in _READ_ELSEWHERE
     return op.opcode == "slice" and len(facts) == 1 and isinstance(facts[0], Holds)
 
 
@@ -138,6 +139,8 @@ def _slice(ctx: Ctx, op: Op, f: Fact) -> tuple[Fact, ...] | None:
     cut = [d for d, axes in enumerate(base.layout.dims) if axes and (start[d], limit[d], strides[d]) != (0, local[d], 1)]
     if isinstance(f, Holds) and not cut:
         return None
+    if any(base.term.type.shape[d] % ctx.mesh.size_of(base.layout.dims[d]) for d in cut):
+        return None  # (uneven blocks: the ordinary rule says so)
     if any(strides[d] != 1 for d in cut):
         return (ctx.unsupported(op, "a strided slice of a split dim's rows"),)
     # The whole dims are sliced globally; the split dims stay whole in the base and narrow in the window.
