@@ -287,9 +287,26 @@ def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, 
     elif after_op is not None:
         reason = (f"output {j} differs from the reference from {_what(after_op)} "
                   f"({after_site.source if after_site else '?'}) on: it has no counterpart there")
+    elif (last := _last_computing(ap, cone)) is not None:
+        # No frontier to name (the output is folded to a constant, say): the op that makes it, so that
+        # a finding always points at a line.
+        after_site = Site.of(last, _describe(_fact(ad, last), ap))
+        reason = (f"output {j} differs from the reference: it is made at {_what(last)} "
+                  f"({after_site.source or after_site.label()}), and no earlier op could be matched to the "
+                  "reference's")
     else:
         reason = f"output {j}: could not prove it equal to the reference"
     return Finding(reason, before_site, after_site, also)
+
+
+def _last_computing(p: Program, cone: set[int]) -> Op | None:
+    """The last op, in program order, that computes part of an output (ids in `cone`) and has a source
+    line or an instruction name."""
+    last = None
+    for op in _ops_in_order(p):
+        if id(op) in cone and _computes(op) and (op.loc.frames or Site.of(op).instruction):
+            last = op
+    return last
 
 
 _MOVEMENT = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "concatenate", "copy"})
