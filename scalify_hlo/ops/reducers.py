@@ -2,7 +2,9 @@
 
 A reduction body that applies one of these ops to its two arguments is that reducer (`reducer_of`);
 anything else is a general body. The table says, per reducer, the elementwise op that combines two
-values and the name of the collective JAX users know it by.
+values, the name of the collective JAX users know it by, and (`identity`) the value it starts from.
+The other bodies read here by their dataflow: JAX's argmax/argmin comparator of (value, index) pairs,
+and the comparator of XLA's TopK custom call.
 """
 
 from __future__ import annotations
