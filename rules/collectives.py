@@ -28,7 +28,13 @@ from scalify_hlo.rules.spmd import axes_text
 
 from scalify_hlo.ir.errors import ShardingError, UnmodelledShardingError
 from scalify_hlo.ir.nodes import Literal, Op, TensorType
-from scalify_hlo.layout.groups import axes_of_groups, device_groups, has_channel, shift_of_pairs
+from scalify_hlo.layout.groups import (
+    axes_of_groups,
+    block_sources,
+    device_groups,
+    has_channel,
+    shift_of_pairs,
+)
 from scalify_hlo.layout.mesh import Layout, Reducer
 from scalify_hlo.ops.reducers import COLLECTIVE_NAME, identity, reducer_of
 from scalify_hlo.terms.table import Terms
@@ -310,16 +316,60 @@ def collective_permute(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact,
     if not isinstance(pairs, Literal):
         return (ctx.unsupported(op, "collective-permute without source-target pairs"),)
     shift = shift_of_pairs(pairs.array, ctx.mesh)
-    if shift is None:
-        return (ctx.unsupported(op, "a collective-permute that is not a cyclic shift along one mesh axis"),)
-    axis, k = shift
-    if axis in f.layout.partial_axes() or axis not in f.layout.split_axes():
-        return (f,)  # a permutation of identical copies (or of the summands of a partial sum) changes nothing
-    d = next(i for i, dd in enumerate(f.layout.dims) if axis in dd)
-    if f.layout.dims[d] != (axis,):
-        return (ctx.unsupported(op, "a shift along an axis that shares its dim with other axes"),)
-    block = f.term.type.shape[d] // ctx.mesh.axis_size(axis)
-    return (Holds(rolled(ctx.terms, f.term, d, k * block), f.layout, f.origin),)
+    if shift is not None:
+        axis, k = shift
+        if axis in f.layout.partial_axes() or axis not in f.layout.split_axes():
+            return (f,)  # a permutation of identical copies (or of the summands of a partial sum) changes nothing
+        d = next(i for i, dd in enumerate(f.layout.dims) if axis in dd)
+        if f.layout.dims[d] == (axis,):
+            block = f.term.type.shape[d] // ctx.mesh.axis_size(axis)
+            return (Holds(rolled(ctx.terms, f.term, d, k * block), f.layout, f.origin),)
+    permuted = _permuted_blocks(ctx, f, pairs.array)
+    if permuted is not None:
+        return (permuted,)
+    return (ctx.unsupported(op, "a collective-permute that is neither a cyclic shift along one mesh axis nor a "
+                            "permutation of the blocks of one split dim"),)
+
+
+def _permuted_blocks(ctx: Ctx, f: Holds, pairs: np.ndarray) -> Holds | None:
+    """Any permutation of the blocks of one split dim (every device sends and receives at most once, other
+    coordinates kept): the device at block index j holds block src[j] (zeros where it receives nothing),
+    so the value is the tensor whose j-th block is `f`'s block src[j] — slices of `f`'s blocks in that
+    order and zero blocks, concatenated (consecutive blocks as one slice)."""
+    for d, axes in enumerate(f.layout.dims):
+        src = block_sources(pairs, ctx.mesh, axes) if axes and not f.layout.partial else None
+        if src is None:
+            continue
+        n = len(src)
+        size = f.term.type.shape[d]
+        if size % n:
+            return None
+        block = size // n
+        runs: list[list[int]] = []  # [first source block, end] of consecutive blocks; [-1, count]: zeros
+        for s in src.tolist():
+            if runs and s >= 0 and runs[-1][0] >= 0 and runs[-1][1] == s:
+                runs[-1][1] = s + 1
+            elif runs and s < 0 and runs[-1][0] < 0:
+                runs[-1][1] += 1
+            else:
+                runs.append([s, s + 1] if s >= 0 else [-1, 1])
+        if runs == [[0, n]]:
+            return f  # the identity
+        t = f.term
+        parts = []
+        for lo, hi in runs:
+            rows = (hi - lo if lo >= 0 else hi) * block
+            shape = tuple(rows if i == d else m for i, m in enumerate(t.type.shape))
+            if lo < 0:
+                parts.append(ctx.terms.splat(0.0, TensorType(shape, t.type.dtype)))
+                continue
+            start = tuple(lo * block if i == d else 0 for i in range(t.type.rank))
+            limit = tuple(hi * block if i == d else m for i, m in enumerate(t.type.shape))
+            attrs = (("limit_indices", limit), ("start_indices", start), ("strides", (1,) * t.type.rank))
+            parts.append(ctx.terms.apply("slice", (t,), attrs, TensorType(shape, t.type.dtype)))
+        term = parts[0] if len(parts) == 1 else ctx.terms.apply("concatenate", tuple(parts), (("dimension", d),), t.type)
+        return Holds(term, f.layout, f.origin)
+    return None
 
 
 def rolled(terms: Terms, t: Term, dim: int, shift: int) -> Term:

@@ -12,7 +12,8 @@ from scalify_hlo.rules import collectives, sorting
 from scalify_hlo.rules.facts import Ctx, Holds
 
 import scalify_hlo.ops.registry  # noqa: F401  (registers the kernels the term evaluation runs)
-from scalify_hlo.ir.nodes import TensorType
+from scalify_hlo.ir.nodes import Attrs, Literal, Op, TensorType
+from scalify_hlo.layout.groups import block_sources
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.numeric.machine import shard
 from scalify_hlo.terms.evaluate import evaluate
@@ -91,3 +92,32 @@ def test_a_cyclic_shift_term_is_jnp_roll(shift: int) -> None:
     v = np.arange(48, dtype=np.float32).reshape(4, 12)
     np.testing.assert_array_equal(evaluate(t, {x.id: v}), np.roll(v, shift, axis=1))
     assert shift % 12 == 0 or t.op == "concatenate"
+
+
+@pytest.mark.parametrize("pairs", [
+    [(0, 4), (4, 0), (1, 5), (5, 1), (2, 6), (6, 2), (3, 7), (7, 3)],  # swap along "a"
+    [(0, 6), (6, 0), (2, 4), (4, 2), (1, 7), (7, 1), (3, 5), (5, 3)],  # reverse over ("a", "b")
+    [(0, 2), (4, 6), (1, 3), (5, 7)],  # half the blocks sent on along "b", the rest receive zeros
+])
+def test_block_permutations_by_collective_permute_hold_the_moved_blocks(pairs: list[tuple[int, int]]) -> None:
+    """Any permutation of the blocks of a split dim (complete or not: a device sent nothing holds zeros),
+    checked against what the devices hold after the permute, simulated pair by pair."""
+    terms = Terms()
+    x = terms.param(0, TensorType((8, 3), "f32"), "x")
+    layout = Layout((("a", "b"), ()))
+    op = Op("collective_permute", (), (), Attrs.of({"source_target_pairs": Literal(np.array(pairs), "i64")}))
+    (out,) = collectives.collective_permute(_ctx(terms), op, (Holds(x, layout),))
+    assert isinstance(out, Holds) and out.layout == layout
+    v = np.arange(24, dtype=np.float32).reshape(8, 3)
+    local = shard(v, layout, MESH)
+    moved = np.zeros_like(local)
+    for s, t in pairs:
+        moved[t] = local[s]
+    np.testing.assert_array_equal(shard(evaluate(out.term, {x.id: v}), layout, MESH), moved)
+
+
+def test_block_sources_refuse_a_permutation_that_differs_between_fibres() -> None:
+    # along "a": fibre c=0 swaps, fibre c=1 keeps (devices 1, 5 stay): not one permutation of the blocks
+    pairs = np.array([(0, 4), (4, 0), (2, 6), (6, 2), (1, 1), (5, 5), (3, 3), (7, 7)])
+    assert block_sources(pairs, MESH, ("a",)) is None
+    assert block_sources(np.array([(0, 1), (1, 0)]), MESH, ("a",)) is None  # moves along "c"

@@ -19,6 +19,7 @@ cyclic shifts along axes (`cyclic_shift`), partition-id tables read as axis indi
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -133,6 +134,29 @@ def pairs_are_complete_permutation(pairs: npt.ArrayLike, num_devices: int) -> bo
     p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     iota = np.arange(num_devices)
     return p.shape[0] == num_devices and all(np.array_equal(np.sort(p[:, k]), iota) for k in (0, 1))
+
+
+def block_sources(pairs: npt.ArrayLike, mesh: Mesh, axes: Sequence[str]) -> npt.NDArray[np.int64] | None:
+    """`src` with `src[j]` the index (mixed radix over `axes`) whose data the device at index `j` receives
+    (-1: none, it receives zeros), when every device sends and receives at most once, every other mesh
+    coordinate is kept and the indices over `axes` move alike in every fibre; else None."""
+    p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if not len(p) or any(len(np.unique(p[:, k])) != len(p) for k in (0, 1)):
+        return None
+    try:
+        src, dst = mesh.coords(p[:, 0]), mesh.coords(p[:, 1])
+    except ShardingError:
+        return None
+    others = [i for i, name in enumerate(mesh.names) if name not in axes]
+    if (src[:, others] != dst[:, others]).any():
+        return None
+    n = mesh.size_of(axes)
+    out = np.full(n, -1, dtype=np.int64)
+    for s, t in zip(mesh.linear_index(src, axes), mesh.linear_index(dst, axes), strict=True):
+        if out[t] not in (-1, s):
+            return None  # another permutation in another fibre
+        out[t] = s
+    return out if len(p) == mesh.size // n * int((out >= 0).sum()) else None
 
 
 def axes_of_pairs(pairs: npt.ArrayLike, mesh: Mesh) -> tuple[str, ...] | None:
