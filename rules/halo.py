@@ -25,7 +25,7 @@ from scalify_hlo.rules.facts import Ctx, Fact, Failed, Halo, Holds, Varying, ups
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Literal, Op, TensorType
-from scalify_hlo.layout.groups import match_axis_index
+from scalify_hlo.layout.groups import axis_shift, match_axis_index
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.terms.term import scalar_value
 
@@ -181,33 +181,6 @@ def _permute(ctx: Ctx, op: Op, f: Fact) -> Fact:
     # (the sent rows lie inside the sender's block). Other dims are as the sender held them.
     fill = None if cyclic or (outside(f, ctx.mesh) and f.fill != 0.0) else 0.0
     return dataclasses.replace(f, sides=_with_extent(f, d, lo + k * block, hi - k * block), fill=fill, origin=op)
-
-
-def axis_shift(pairs: npt.ArrayLike, mesh: Mesh, axes: tuple[str, ...]) -> tuple[int, bool] | None:
-    """(k, cyclic) when the pairs send every device to the one k places later along the mixed-radix index
-    of `axes` (other coordinates equal): all such pairs (`cyclic`: modulo the axes' size, otherwise only
-    those that stay in range, the ends receiving nothing); else None. For a cyclic shift, k is the one of
-    the two equivalent shifts of least magnitude."""
-    p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-    n = mesh.size_of(axes)
-    if n < 2 or not len(p) or len(np.unique(p[:, 0])) != len(p) or len(np.unique(p[:, 1])) != len(p):
-        return None
-    try:
-        src, dst = mesh.coords(p[:, 0]), mesh.coords(p[:, 1])
-    except ShardingError:
-        return None
-    others = [i for i, name in enumerate(mesh.names) if name not in axes]
-    if (src[:, others] != dst[:, others]).any():
-        return None
-    step = mesh.linear_index(dst, axes) - mesh.linear_index(src, axes)
-    k = int(step[0])
-    if k != 0 and (step == k).all() and len(p) == mesh.size // n * (n - abs(k)):
-        return k, False
-    wrapped = step % n
-    if len(p) == mesh.size and wrapped[0] != 0 and (wrapped == wrapped[0]).all():
-        k = int(wrapped[0])
-        return (k if 2 * k <= n else k - n), True
-    return None
 
 
 def _concatenate(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:

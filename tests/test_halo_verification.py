@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scalify_hlo.parsers.hlo import parse_hlo
 from scalify_hlo.parsers.stablehlo import parse_mlir
-from scalify_hlo.rules.halo import axis_shift
 
+from scalify_hlo.layout.groups import axis_shift
 from scalify_hlo.layout.mesh import Mesh
 from scalify_hlo.numeric.oracle import numeric_check
 from scalify_hlo.prove.engine import prove

@@ -136,10 +136,10 @@ def pairs_are_complete_permutation(pairs: npt.ArrayLike, num_devices: int) -> bo
     return p.shape[0] == num_devices and all(np.array_equal(np.sort(p[:, k]), iota) for k in (0, 1))
 
 
-def block_sources(pairs: npt.ArrayLike, mesh: Mesh, axes: Sequence[str]) -> npt.NDArray[np.int64] | None:
-    """`src` with `src[j]` the index (mixed radix over `axes`) whose data the device at index `j` receives
-    (-1: none, it receives zeros), when every device sends and receives at most once, every other mesh
-    coordinate is kept and the indices over `axes` move alike in every fibre; else None."""
+def _indices_along(pairs: npt.ArrayLike, mesh: Mesh,
+                   axes: Sequence[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """The (source, target) indices (mixed radix over `axes`) of source→target pairs in which every device
+    sends and receives at most once and every other mesh coordinate is kept; else None."""
     p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     if not len(p) or any(len(np.unique(p[:, k])) != len(p) for k in (0, 1)):
         return None
@@ -150,13 +150,43 @@ def block_sources(pairs: npt.ArrayLike, mesh: Mesh, axes: Sequence[str]) -> npt.
     others = [i for i, name in enumerate(mesh.names) if name not in axes]
     if (src[:, others] != dst[:, others]).any():
         return None
+    return mesh.linear_index(src, axes), mesh.linear_index(dst, axes)
+
+
+def block_sources(pairs: npt.ArrayLike, mesh: Mesh, axes: Sequence[str]) -> npt.NDArray[np.int64] | None:
+    """`src` with `src[j]` the index (mixed radix over `axes`) whose data the device at index `j` receives
+    (-1: none, it receives zeros), when the indices over `axes` move alike in every fibre (see
+    `_indices_along`); else None."""
+    moved = _indices_along(pairs, mesh, axes)
+    if moved is None:
+        return None
     n = mesh.size_of(axes)
     out = np.full(n, -1, dtype=np.int64)
-    for s, t in zip(mesh.linear_index(src, axes), mesh.linear_index(dst, axes), strict=True):
+    for s, t in zip(*moved, strict=True):
         if out[t] not in (-1, s):
             return None  # another permutation in another fibre
         out[t] = s
-    return out if len(p) == mesh.size // n * int((out >= 0).sum()) else None
+    return out if len(moved[0]) == mesh.size // n * int((out >= 0).sum()) else None
+
+
+def axis_shift(pairs: npt.ArrayLike, mesh: Mesh, axes: Sequence[str]) -> tuple[int, bool] | None:
+    """(k, cyclic) when the pairs send every device to the one k places later along the mixed-radix index
+    of `axes` (other coordinates equal): all such pairs (`cyclic`: modulo the axes' size, otherwise only
+    those that stay in range, the ends receiving nothing); else None. For a cyclic shift, k is the one of
+    the two equivalent shifts of least magnitude."""
+    moved = _indices_along(pairs, mesh, axes)
+    n = mesh.size_of(axes)
+    if moved is None or n < 2:
+        return None
+    step = moved[1] - moved[0]
+    k = int(step[0])
+    if k != 0 and (step == k).all() and len(step) == mesh.size // n * (n - abs(k)):
+        return k, False
+    wrapped = step % n
+    if len(step) == mesh.size and wrapped[0] != 0 and (wrapped == wrapped[0]).all():
+        k = int(wrapped[0])
+        return (k if 2 * k <= n else k - n), True
+    return None
 
 
 def axes_of_pairs(pairs: npt.ArrayLike, mesh: Mesh) -> tuple[str, ...] | None:
