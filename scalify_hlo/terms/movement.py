@@ -26,7 +26,10 @@ MOVEMENT = frozenset({"reshape", "transpose"})
 
 
 @dataclass
-class _Chain:
+class Chain:
+    """A root's dims cut into digits (ids into `sizes`, unit dims none), and the current value's dims as
+    runs of them: what a chain of reshapes and transposes (and, in `reduce_form`, reduces) has made of it."""
+
     root: Term
     sizes: dict[int, int]
     root_dims: list[list[int]]  # the root's dims as digit runs (refined as needed)
@@ -34,7 +37,7 @@ class _Chain:
     next_id: int
 
     @staticmethod
-    def of(root: Term) -> _Chain:
+    def of(root: Term) -> Chain:
         sizes: dict[int, int] = {}
         root_dims: list[list[int]] = []
         for i, n in enumerate(root.type.shape):
@@ -43,7 +46,7 @@ class _Chain:
             else:
                 sizes[i] = n
                 root_dims.append([i])
-        return _Chain(root, sizes, root_dims, [list(d) for d in root_dims], len(root.type.shape))
+        return Chain(root, sizes, root_dims, [list(d) for d in root_dims], len(root.type.shape))
 
     def transpose(self, perm: tuple[int, ...]) -> None:
         self.dims = [self.dims[p] for p in perm]
@@ -131,14 +134,14 @@ class _Chain:
         return x
 
 
-def _chain(t: Term) -> _Chain | None:
+def _chain(t: Term) -> Chain | None:
     """The chain of movements ending in `t` (whose root is the first non-movement term)."""
     steps: list[Term] = []
     x = t
     while x.op in MOVEMENT:
         steps.append(x)
         x = x.args[0]
-    chain = _Chain.of(x)
+    chain = Chain.of(x)
     for s in reversed(steps):
         if s.op == "transpose":
             chain.transpose(tuple(s.attr("permutation")))

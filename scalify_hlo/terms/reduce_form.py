@@ -29,6 +29,7 @@ import numpy as np
 from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.nodes import TensorType
 from scalify_hlo.ops.reducers import Reducer, is_identity
+from scalify_hlo.terms.movement import Chain
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import AttrKey, Term, scalar_value
 
@@ -36,68 +37,28 @@ Make = Callable[[str, tuple[Term, ...], AttrKey, TensorType], Term]
 
 
 class _Digits:
-    """The root's elements as row-major digits `[size, reduced]`; `kept` lists the dims of the current value
-    as runs of indices into `digits` (the kept digits, in order)."""
+    """The root's digits (`movement.Chain`: the current value's dims as runs of them) and which of them
+    the reduces so far have reduced."""
 
     def __init__(self, root: Term) -> None:
         self.root = root
-        self.digits: list[list[int | bool]] = [[n, False] for n in root.type.shape]
-        self.kept: list[list[int]] = [[i] for i in range(len(root.type.shape))]
-
-    def _cut(self, i: int, major: int) -> None:
-        size = int(self.digits[i][0])
-        self.digits[i:i + 1] = [[major, self.digits[i][1]], [size // major, self.digits[i][1]]]
-        self.kept = [[j + 1 if j > i else j for j in run] for run in self.kept]
-        for run in self.kept:
-            if i in run:
-                k = run.index(i)
-                run[k:k + 1] = [i, i + 1]
+        self.chain = Chain.of(root)
+        self.reduced: set[int] = set()
 
     def reshape(self, shape: tuple[int, ...]) -> bool:
-        flat = [j for run in self.kept for j in run]
-        runs: list[list[int]] = []
-        k = 0
-        for n in shape:
-            run: list[int] = []
-            have = 1
-            while have < n:
-                if k >= len(flat):
-                    return False
-                size = int(self.digits[flat[k]][0])
-                if have * size <= n:
-                    run.append(flat[k])
-                    have *= size
-                    k += 1
-                elif (n // have) > 1 and size % (n // have) == 0 and n % have == 0:
-                    i = flat[k]
-                    self._cut(i, n // have)
-                    flat = [j + 1 if j > i else j for j in flat]
-                    flat[k:k + 1] = [i, i + 1]
-                else:
-                    return False
-            if have != n:
-                return False
-            runs.append(run)
-        while k < len(flat) and int(self.digits[flat[k]][0]) == 1:
-            k += 1
-        if k != len(flat):
-            return False
-        self.kept = runs
-        return True
+        return self.chain.reshape(shape)
 
     def reduce(self, dims: tuple[int, ...]) -> None:
         for d in dims:
-            for j in self.kept[d]:
-                self.digits[j][1] = True
-        self.kept = [run for d, run in enumerate(self.kept) if d not in dims]
+            self.reduced.update(self.chain.dims[d])
+        self.chain.dims = [run for d, run in enumerate(self.chain.dims) if d not in dims]
 
     def build(self, terms: Terms, init: Term, attrs: AttrKey, type: TensorType) -> Term:
-        merged: list[list[int | bool]] = []
-        for size, red in self.digits:
-            if size == 1:
-                continue
+        merged: list[list[int | bool]] = []  # [size, reduced] of neighbouring digits of one kind, root order
+        for digit in (d for run in self.chain.root_dims for d in run):
+            size, red = self.chain.sizes[digit], digit in self.reduced
             if merged and merged[-1][1] == red:
-                merged[-1][0] = int(merged[-1][0]) * int(size)
+                merged[-1][0] = int(merged[-1][0]) * size
             else:
                 merged.append([size, red])
         dtype = self.root.type.dtype
