@@ -358,15 +358,11 @@ def _permuted_blocks(ctx: Ctx, f: Holds, pairs: np.ndarray) -> Holds | None:
         t = f.term
         parts = []
         for lo, hi in runs:
-            rows = (hi - lo if lo >= 0 else hi) * block
-            shape = tuple(rows if i == d else m for i, m in enumerate(t.type.shape))
             if lo < 0:
+                shape = tuple(hi * block if i == d else m for i, m in enumerate(t.type.shape))
                 parts.append(ctx.terms.splat(0.0, TensorType(shape, t.type.dtype)))
-                continue
-            start = tuple(lo * block if i == d else 0 for i in range(t.type.rank))
-            limit = tuple(hi * block if i == d else m for i, m in enumerate(t.type.shape))
-            attrs = (("limit_indices", limit), ("start_indices", start), ("strides", (1,) * t.type.rank))
-            parts.append(ctx.terms.apply("slice", (t,), attrs, TensorType(shape, t.type.dtype)))
+            else:
+                parts.append(rows_of(ctx.terms, t, d, lo * block, hi * block))
         term = parts[0] if len(parts) == 1 else ctx.terms.apply("concatenate", tuple(parts), (("dimension", d),), t.type)
         return Holds(term, f.layout, f.origin)
     return None
@@ -379,15 +375,17 @@ def rolled(terms: Terms, t: Term, dim: int, shift: int) -> Term:
     s = shift % n
     if s == 0:
         return t
+    parts = (rows_of(terms, t, dim, n - s, n), rows_of(terms, t, dim, 0, n - s))
+    return terms.apply("concatenate", parts, (("dimension", dim),), t.type)
 
-    def rows(lo: int, hi: int) -> Term:
-        start = tuple(lo if i == dim else 0 for i in range(t.type.rank))
-        limit = tuple(hi if i == dim else m for i, m in enumerate(t.type.shape))
-        shape = tuple(hi - lo if i == dim else m for i, m in enumerate(t.type.shape))
-        attrs = (("limit_indices", limit), ("start_indices", start), ("strides", (1,) * t.type.rank))
-        return terms.apply("slice", (t,), attrs, TensorType(shape, t.type.dtype))
 
-    return terms.apply("concatenate", (rows(n - s, n), rows(0, n - s)), (("dimension", dim),), t.type)
+def rows_of(terms: Terms, t: Term, dim: int, lo: int, hi: int) -> Term:
+    """Rows `[lo, hi)` of `t` along `dim`: a static slice."""
+    start = tuple(lo if i == dim else 0 for i in range(t.type.rank))
+    limit = tuple(hi if i == dim else m for i, m in enumerate(t.type.shape))
+    shape = tuple(hi - lo if i == dim else m for i, m in enumerate(t.type.shape))
+    attrs = (("limit_indices", limit), ("start_indices", start), ("strides", (1,) * t.type.rank))
+    return terms.apply("slice", (t,), attrs, TensorType(shape, t.type.dtype))
 
 
 def partition_id(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

@@ -40,7 +40,7 @@ class _Inliner:
                 ops.extend(inner.ops)
                 env.update(zip(op.results, inner.results, strict=True))
                 continue
-            called = self._called(op)
+            called = called_bodies(op, self.module)
             if called:
                 op = dataclasses.replace(op, regions=called)
             if not fresh and site is None and not op.regions and operands == op.operands:
@@ -59,19 +59,20 @@ class _Inliner:
         callee = str(op.attrs["callee"])
         return self.module.funcs[callee].body, callee
 
-    def _called(self, op: Op) -> tuple[Region, ...]:
-        """A custom call's called computations (XLA's TopK comparator), to become its regions as the bodies
-        of the ops that have them; () for any other op."""
-        names = op.attrs.get("called_computations") if op.opcode == "custom_call" and not op.regions else None
-        if not isinstance(names, tuple) or not names or any(str(n) not in self.module.funcs for n in names):
-            return ()
-        return tuple(self.module.funcs[str(n)].body for n in names)
-
     @staticmethod
     def _clone(v: Value, env: dict[Value, Value]) -> Value:
         new = Value(v.type, v.name)
         env[v] = new
         return new
+
+
+def called_bodies(op: Op, module: Module | None) -> tuple[Region, ...]:
+    """A custom call's called computations (XLA's TopK comparator), to become its regions as the bodies
+    of the ops that have them; () for any other op, or where `module` lacks one."""
+    names = op.attrs.get("called_computations") if op.opcode == "custom_call" and not op.regions else None
+    if module is None or not isinstance(names, tuple) or not names or any(str(n) not in module.funcs for n in names):
+        return ()
+    return tuple(module.funcs[str(n)].body for n in names)
 
 
 def _merge(inner: SourceLoc, site: SourceLoc | None) -> SourceLoc:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scalify_hlo.ir.inline import called_bodies
 from scalify_hlo.ir.nodes import DotDims, Literal, Op
 from scalify_hlo.numeric.kernels_index import int_attr as _ints
 from scalify_hlo.numeric.kernels_index import pad_with
@@ -217,7 +218,9 @@ def custom_call(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     if target in TRSM_TARGETS:
         return lapack_trsm(m, op, args)
     if target == "TopK":
-        top_k = top_k_of_call(op if op.regions else _with_called(m, op))
+        # (the machine runs the module as written: the comparator is still a function of the module)
+        called = called_bodies(op, m.module)
+        top_k = top_k_of_call(dataclasses.replace(op, regions=called) if called else op)
         if top_k is None:
             raise NumericUnsupported(op, "a TopK comparator that is not a total order of the values")
         out = top_k_kernel(m, top_k, args)
@@ -230,14 +233,6 @@ def custom_call(m: Machine, op: Op, args: list[Val]) -> list[Val]:
         part = u & np.uint64(0xFFFFFFFF) if target == "X64SplitLow" else u >> np.uint64(32)
         return [part.astype(np.uint32).view(dtype_of(op.results[0]))]
     raise NumericUnsupported(op, f"custom call target {target!r}")
-
-
-def _with_called(m: Machine, op: Op) -> Op:
-    """`op` with its called computations as regions (the module's functions), as `ir.inline` gives them."""
-    names = op.attrs.get("called_computations")
-    if m.module is None or not isinstance(names, tuple) or any(str(n) not in m.module.funcs for n in names):
-        return op
-    return dataclasses.replace(op, regions=tuple(m.module.funcs[str(n)].body for n in names))
 
 
 def tuple_(m: Machine, op: Op, args: list[Val]) -> list[Val]:
