@@ -334,38 +334,45 @@ def collective_permute(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact,
 def _permuted_blocks(ctx: Ctx, f: Holds, pairs: np.ndarray) -> Holds | None:
     """Any permutation of the blocks of one split dim (every device sends and receives at most once, other
     coordinates kept): the device at block index j holds block src[j] (zeros where it receives nothing),
-    so the value is the tensor whose j-th block is `f`'s block src[j] — slices of `f`'s blocks in that
-    order and zero blocks, concatenated (consecutive blocks as one slice)."""
+    so the value is the tensor whose j-th block is `f`'s block src[j] (`blocks_in_order`)."""
     for d, axes in enumerate(f.layout.dims):
         src = block_sources(pairs, ctx.mesh, axes) if axes and not f.layout.partial else None
         if src is None:
             continue
-        n = len(src)
-        size = f.term.type.shape[d]
-        if size % n:
+        term = blocks_in_order(ctx.terms, f.term, d, src)
+        if term is None:
             return None
-        block = size // n
-        runs: list[list[int]] = []  # [first source block, end] of consecutive blocks; [-1, count]: zeros
-        for s in src.tolist():
-            if runs and s >= 0 and runs[-1][0] >= 0 and runs[-1][1] == s:
-                runs[-1][1] = s + 1
-            elif runs and s < 0 and runs[-1][0] < 0:
-                runs[-1][1] += 1
-            else:
-                runs.append([s, s + 1] if s >= 0 else [-1, 1])
-        if runs == [[0, n]]:
-            return f  # the identity
-        t = f.term
-        parts = []
-        for lo, hi in runs:
-            if lo < 0:
-                shape = tuple(hi * block if i == d else m for i, m in enumerate(t.type.shape))
-                parts.append(ctx.terms.splat(0.0, TensorType(shape, t.type.dtype)))
-            else:
-                parts.append(rows_of(ctx.terms, t, d, lo * block, hi * block))
-        term = parts[0] if len(parts) == 1 else ctx.terms.apply("concatenate", tuple(parts), (("dimension", d),), t.type)
-        return Holds(term, f.layout, f.origin)
+        return f if term is f.term else Holds(term, f.layout, f.origin)
     return None
+
+
+def blocks_in_order(terms: Terms, t: Term, d: int, src: np.ndarray) -> Term | None:
+    """The tensor whose j-th of `len(src)` blocks along `d` is `t`'s block src[j] (zeros where src[j] < 0):
+    slices and zero blocks concatenated, consecutive blocks as one slice; `t` itself for the identity;
+    None when the dim does not divide into that many blocks."""
+    n = len(src)
+    size = t.type.shape[d]
+    if size % n:
+        return None
+    block = size // n
+    runs: list[list[int]] = []  # [first source block, end] of consecutive blocks; [-1, count]: zeros
+    for s in src.tolist():
+        if runs and s >= 0 and runs[-1][0] >= 0 and runs[-1][1] == s:
+            runs[-1][1] = s + 1
+        elif runs and s < 0 and runs[-1][0] < 0:
+            runs[-1][1] += 1
+        else:
+            runs.append([s, s + 1] if s >= 0 else [-1, 1])
+    if runs == [[0, n]]:
+        return t
+    parts = []
+    for lo, hi in runs:
+        if lo < 0:
+            shape = tuple(hi * block if i == d else m for i, m in enumerate(t.type.shape))
+            parts.append(terms.splat(0.0, TensorType(shape, t.type.dtype)))
+        else:
+            parts.append(rows_of(terms, t, d, lo * block, hi * block))
+    return parts[0] if len(parts) == 1 else terms.apply("concatenate", tuple(parts), (("dimension", d),), t.type)
 
 
 def rolled(terms: Terms, t: Term, dim: int, shift: int) -> Term:

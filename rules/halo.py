@@ -27,6 +27,7 @@ from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Literal, Op, TensorType
 from scalify_hlo.layout.groups import axis_shift, match_axis_index
 from scalify_hlo.layout.mesh import Layout, Mesh
+from scalify_hlo.terms.slicing import slice_along
 from scalify_hlo.terms.term import scalar_value
 
 _OPS = ("slice", "collective_permute", "concatenate", "select")
@@ -157,7 +158,27 @@ def _slice(ctx: Ctx, op: Op, f: Fact) -> tuple[Fact, ...] | None:
     for d in cut:
         lo, hi = extent(h, d)
         out = dataclasses.replace(out, sides=_with_extent(out, d, lo - start[d], hi - (local[d] - limit[d])))
-    return (out,)
+    return (_settled(ctx, out) or out,)
+
+
+def _settled(ctx: Ctx, h: Halo) -> Holds | None:
+    """A halo whose rows are as many as a block along every exchanged dim (`lo + hi == 0`: a hand-written
+    stencil's `p[:-2]`, `p[1:-1]`, `p[2:]` of its block with both neighbours' rows) is a block again: device c holds the
+    rows `[b(c)·block − lo, …)` of the tensor shifted by `lo`, the fill where it leaves the tensor —
+    `pad(x, (lo, 0))[:n]` (`lo > 0`) or `pad(x, (0, −lo))[−lo:]`. None otherwise, or where the fill is unknown."""
+    if any(lo + hi for _, lo, hi in h.sides) or (h.fill is None and outside(h, ctx.mesh)):
+        return None
+    term = h.base.term
+    for d, lo, _ in h.sides:
+        n = term.type.shape[d]
+        low = tuple(max(lo, 0) if k == d else 0 for k in range(term.type.rank))
+        high = tuple(max(-lo, 0) if k == d else 0 for k in range(term.type.rank))
+        shape = tuple(n + abs(lo) if k == d else m for k, m in enumerate(term.type.shape))
+        attrs = (("edge_padding_high", high), ("edge_padding_low", low), ("interior_padding", (0,) * term.type.rank))
+        fill = ctx.terms.scalar(0.0 if h.fill is None else h.fill, term.type.dtype)
+        padded = ctx.terms.apply("pad", (term, fill), attrs, TensorType(shape, term.type.dtype))
+        term = slice_along(ctx.terms, padded, d, max(-lo, 0), max(-lo, 0) + n)
+    return Holds(term, h.base.layout, h.origin)
 
 
 def _permute(ctx: Ctx, op: Op, f: Fact) -> Fact:

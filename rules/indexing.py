@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 from scalify_hlo.rules import halo as H
+from scalify_hlo.rules.collectives import blocks_in_order
 from scalify_hlo.rules.facts import Ctx, Fact, Failed, Halo, Holds, Varying, join, view
 from scalify_hlo.rules.layout import holds_operands
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import GatherDims, Literal, Op, ScatterDims, TensorType
-from scalify_hlo.layout.groups import match_axis_index
+from scalify_hlo.layout.groups import match_axis_index, match_axis_permutation
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
 from scalify_hlo.ops.reducers import COLLECTIVE_NAME
@@ -51,6 +52,7 @@ def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
     dims = list(x.layout.dims)
     gshape = list(x.term.type.shape)
     term_starts: list[Term | int] = []
+    orders: dict[int, np.ndarray] = {}  # dim -> the order of its sub-blocks, where not the devices' own
     static = True
     for d, s in enumerate(starts):
         off = _offsets(ctx, s)
@@ -61,15 +63,21 @@ def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
             continue
         if isinstance(off, np.ndarray):
             clamped = np.clip(off, 0, xlocal[d] - sizes[d])
-            match = match_axis_index(clamped, ctx.mesh) if np.array_equal(clamped, off) else None
-            if match is None or match[1] != sizes[d] or not match[0]:
+            found = _block_table(ctx, clamped, sizes[d]) if np.array_equal(clamped, off) else None
+            if found is None:
                 window = H.dynamic_window(ctx, x, d, off, sizes, op)
                 if window is not None:
                     return (window,)
+                if _distinct_blocks(ctx, clamped, sizes[d]):
+                    # Each device reads a block of its own, not in the devices' order (the bidirectional
+                    # collective matmul's half blocks 2·((i ± k) mod n) + h): no layout, yet legal, so the case
+                    # split by device may follow it.
+                    return (ctx.unsupported(op, f"dynamic-slice offsets along dim {d} ({off[:8].tolist()}...) "
+                                            "pick a different block on each device, not in the devices' order"),)
                 return (ctx.fail(op, f"dynamic-slice offsets along dim {d} ({off[:8].tolist()}...) are not "
-                                 f"{sizes[d]} × the index of the device along any mesh axes: not a shard",
+                                 f"{sizes[d]} × a block index of the device along any mesh axes: not a shard",
                                  evidence=True),)
-            axes = match[0]
+            axes, perm = found
             if set(axes) & x.layout.partial_axes():
                 # Each device's block of its own partial sum: no layout. Named after the op that left the value
                 # partial (a gradient all-reduced over the wrong axes, say), where the fix goes. Where nothing
@@ -81,7 +89,7 @@ def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
                 reason = f"{op.opcode}: a dynamic-slice taking a shard over {list(axes)} of a value still partial " \
                     "over them" + (f"; a {missing} over them is missing before it" if sole else "")
                 return (ctx.fail(op, reason, evidence=sole, origin=x.origin, partial=sole),)
-            if set(axes) & x.layout.split_axes():
+            if set(axes) & {a for ds in dims for a in ds}:
                 # Legal and no layout (the collective matmul's lhs column block (i - k) mod n of rows split
                 # over the same axis): not evidence, so the case split by device may still follow it.
                 return (ctx.unsupported(op, f"a dynamic-slice taking a shard over {list(axes)} of a value "
@@ -90,6 +98,10 @@ def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
             covered = sizes[d] * n * ctx.mesh.size_of(dims[d])
             if covered != gshape[d]:
                 return (ctx.unsupported(op, f"shards along dim {d} cover {covered} of {gshape[d]} elements"),)
+            if perm is not None:
+                # Device (b, a) (b its index over the dim's axes so far) holds sub-block b·n + perm[a].
+                outer = ctx.mesh.size_of(dims[d])
+                orders[d] = np.concatenate([b * n + perm for b in range(outer)])
             dims[d] = (*dims[d], *axes)
             term_starts.append(0)
             continue
@@ -112,7 +124,36 @@ def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
         idx = tuple(s if isinstance(s, Term) else ctx.terms.scalar(float(s), _index_dtype(starts))
                     for s in term_starts)
         term = ctx.terms.apply("dynamic_slice", (x.term, *idx), (("slice_sizes", tuple(gshape)),), gtype)
+    for d, order in orders.items():  # dim d is whole in `term` (start 0): its blocks reorder alike
+        moved = blocks_in_order(ctx.terms, term, d, order)
+        if moved is None:
+            return (ctx.unsupported(op, f"dim {d} does not divide into {len(order)} blocks"),)
+        term = moved
     return (Holds(term, layout, x.origin),)
+
+
+def _block_table(ctx: Ctx, offsets: np.ndarray, size: int) -> tuple[tuple[str, ...], np.ndarray | None] | None:
+    """(axes, None) when the offsets are `size` × the device's index along `axes` (its own block); (axes, perm)
+    when they are `size` × perm[index] for a permutation `perm` (another device's block, e.g. `(i + k) mod n`);
+    else None."""
+    match = match_axis_index(offsets, ctx.mesh)
+    if match is not None and match[1] == size and match[0]:
+        return match[0], None
+    return match_axis_permutation(offsets, ctx.mesh, size)
+
+
+def _distinct_blocks(ctx: Ctx, offsets: np.ndarray, size: int) -> bool:
+    """Whether the devices along some axes read distinct, aligned blocks of `size` (the same on the others)."""
+    grid = np.asarray(offsets, dtype=np.int64).ravel()[ctx.mesh.device_array()]
+    if size < 1 or (grid % size).any() or grid.ndim == 0:
+        return False
+    moving = [i for i in range(grid.ndim) if (np.diff(grid, axis=i) != 0).any()]
+    if not moving:
+        return False
+    fibre = grid[tuple(slice(None) if i in moving else 0 for i in range(grid.ndim))]
+    rest = [i for i in range(grid.ndim) if i not in moving]
+    same_elsewhere = np.array_equal(np.broadcast_to(np.expand_dims(fibre, rest), grid.shape), grid)
+    return same_elsewhere and len(np.unique(fibre)) == fibre.size
 
 
 def _index_dtype(starts: list[Fact]) -> str:

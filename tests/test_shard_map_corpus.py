@@ -26,6 +26,11 @@ FEW = {
     "smt_all_to_all": "proven",
     "pat_megatron_mlp_BUG_no_psum": "caught",
     "pat_switch_on_axis_index": "proven",
+    "pat_next_block_axis_index": "proven",
+    "pat_next_block_axis_index_BUG_plus2": "caught",
+    "pat_halo_stencil": "proven",
+    "tut_ppermute_shift": "proven",
+    "tut_psumscatter_matmul_ring": "proven",
 }
 
 
@@ -52,7 +57,8 @@ def test_few_programs(corpus: Any) -> None:
     assert {r.name: r.outcome for r in rows} == FEW
     assert all(r.how.startswith("case split") for r in rows if r.name in ("tut_allgather_matmul_ring",
                                                                          "pat_switch_on_axis_index"))
-    assert all(r.how == "symbolic" for r in rows if r.name == "tut_matmul_basic")
+    assert all(r.how == "symbolic" for r in rows if r.name in ("tut_matmul_basic", "pat_next_block_axis_index",
+                                                                "pat_halo_stencil", "tut_ppermute_shift"))
     table = corpus.table(rows)
     assert table.count("\n") == len(rows) + 1 and "| tut_matmul_basic | SAME | equivalent |" in table
 

@@ -261,3 +261,34 @@ def match_axis_index(values: npt.ArrayLike, mesh: Mesh) -> tuple[tuple[str, ...]
     if not np.array_equal(expected, grid):
         return None
     return tuple(mesh.names[i] for _, i, _ in reversed(terms)), terms[0][0]
+
+
+def match_axis_permutation(values: npt.ArrayLike, mesh: Mesh,
+                           scale: int) -> tuple[tuple[str, ...], npt.NDArray[np.int64]] | None:
+    """(axes, perm) when `values[device] == scale * perm[linear_index(coords(device), axes)]` with `perm` a
+    permutation of range(size of `axes`): a partition-id table naming a block per device that is not the
+    device's own (the tutorial's collective matmuls read block `(i + k) mod n`). `axes` are those along which
+    the values change, in mesh order (any other order only renames `perm`); None when the values are not
+    such a table (not multiples of `scale`, not a permutation, or changing along no axis)."""
+    v = np.asarray(values, dtype=np.int64).ravel()
+    grid_ids = mesh.device_array()
+    if scale < 1 or v.size != mesh.size or (grid_ids.size and int(grid_ids.max()) >= v.size):
+        return None
+    grid = v[grid_ids]
+    if (grid % scale).any():
+        return None
+    grid = grid // scale
+    moving = [i for i in range(grid.ndim) if (np.diff(grid, axis=i) != 0).any()]
+    if not moving:
+        return None
+    axes = tuple(mesh.names[i] for i in moving)
+    # Constant along every other axis: the table read at coordinate 0 of those axes.
+    index = tuple(slice(None) if i in moving else 0 for i in range(grid.ndim))
+    fibre = grid[index]
+    if not np.array_equal(np.broadcast_to(np.expand_dims(fibre, [i for i in range(grid.ndim) if i not in moving]),
+                                          grid.shape), grid):
+        return None
+    perm = fibre.reshape(-1).astype(np.int64)
+    if not np.array_equal(np.sort(perm), np.arange(perm.size)):
+        return None
+    return axes, perm

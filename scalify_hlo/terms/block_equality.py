@@ -9,9 +9,6 @@ cannot decide (out of fuel or depth, a shape it does not expect) it says not pro
 
 from __future__ import annotations
 
-import numpy as np
-
-from scalify_hlo.ir.nodes import TensorType
 from scalify_hlo.terms.blockwise import GAVE_UP, Normaliser
 from scalify_hlo.terms.pushing import push_slice, squeeze_units
 from scalify_hlo.terms.slicing import window_along
@@ -50,8 +47,6 @@ def _compare(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bo
         return False
     if a.op == "reshape" and (taken := squeeze_units(terms, a)) is not None:
         return _equal(terms, norm, taken, b, depth - 1)
-    if a.op == "reshape" and a.args[0].op == "concatenate" and (pieces := _reshaped_pieces(terms, a)) is not None:
-        a = pieces
     if a.op == "concatenate" and b.op != "concatenate":
         d = int(a.attr("dimension"))
         start = 0
@@ -70,19 +65,3 @@ def _compare(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bo
         norm.first_failure = (a, b)
     return False
 
-
-def _reshaped_pieces(terms: Terms, t: Term) -> Term | None:
-    """reshape(concat(p_i) along 0) as concat(reshape(p_i)) along 0, when the reshape keeps the leading
-    dim's blocks whole (row-major: each piece's rows stay together)."""
-    (c,) = t.args
-    if c.attr("dimension") != 0 or t.type.rank == 0:
-        return None
-    rows = int(np.prod(c.type.shape[1:], dtype=np.int64))
-    inner = int(np.prod(t.type.shape[1:], dtype=np.int64))
-    pieces: list[Term] = []
-    for p in c.args:
-        size = p.type.shape[0] * rows
-        if size % inner:
-            return None
-        pieces.append(terms.apply("reshape", (p,), (), TensorType((size // inner, *t.type.shape[1:]), p.type.dtype)))
-    return terms.mk("concatenate", tuple(pieces), (("dimension", 0),), t.type)

@@ -13,10 +13,12 @@ cost is linear in the number of dims, never in the number of elements.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scalify_hlo.ir.nodes import TensorType
+from scalify_hlo.terms import slicing
 from scalify_hlo.terms.term import Term
 
 if TYPE_CHECKING:
@@ -160,3 +162,59 @@ def normalize(terms: Terms, op: str, x: Term, attrs: dict[str, object], out: Ten
     elif not chain.reshape(out.shape):
         return None
     return chain.normal_form(terms, out)
+
+
+
+def _rows_dim(shape: tuple[int, ...], dim: int, out: tuple[int, ...], offsets: list[int]) -> int | None:
+    """The dim `e` of `out` that a reshape from `shape` maps the rows of `dim` to, when rows starting at each of
+    `offsets` stay whole rows of `e`: the dims before `dim` make the dims before `e` (equal products) and the
+    elements of a row-run from each offset start a row of `e`. None when no such dim exists."""
+    pre, post = math.prod(shape[:dim]), math.prod(shape[dim + 1:])
+    prefix = 1
+    for e, n in enumerate(out):
+        if prefix == pre:
+            q = math.prod(out[e + 1:])
+            if all((o * post) % q == 0 for o in offsets):
+                return e
+        prefix *= n
+        if prefix > pre:
+            return None
+    return None
+
+
+def reshape_outward(terms: Terms, x: Term, out: TensorType) -> Term | None:
+    """`reshape(x)` with the slice or concatenate `x` (along one dim) moved outside it, where the rows of that
+    dim stay whole rows of a result dim: `jnp.roll(x.reshape(n, -1), k, 0).reshape(-1)` (a join of row
+    blocks, reshaped) is then the rows of `x` rolled, both spellings one term. Slices and joins outermost is
+    the normal form (`slicing.py`); a slice moves out only where its reshape then cancels another (a slice
+    of a batch dim, reshaped to drop it, stays: `slicing` pulls it out of the ops that treat it as a batch
+    dim). None when `x` is neither or its rows do not stay whole."""
+    if x.op == "slice" and all(s == 1 for s in (x.attr("strides") or ())):
+        (y,) = x.args
+        lo, hi = tuple(x.attr("start_indices")), tuple(x.attr("limit_indices"))
+        cut = [d for d, (a, b, n) in enumerate(zip(lo, hi, y.type.shape, strict=True)) if (a, b) != (0, n)]
+        if len(cut) != 1:
+            return None
+        (d,) = cut
+        n = y.type.shape[d]
+        e = _rows_dim(y.type.shape, d, out.shape, [lo[d], n])
+        if e is None:
+            return None
+        post, q = math.prod(y.type.shape[d + 1:]), math.prod(out.shape[e + 1:])
+        full = tuple(n * post // q if k == e else m for k, m in enumerate(out.shape))
+        whole = terms.apply("reshape", (y,), (), TensorType(full, out.dtype))
+        if whole.op == "reshape":
+            return None  # only where the reshapes cancel: a slice of a dim a reshape made is a slice of its rows
+        return slicing.slice_along(terms, whole, e, lo[d] * post // q, hi[d] * post // q)
+    if x.op == "concatenate" and len(x.args) > 1:
+        d = int(x.attr("dimension"))
+        sizes = [p.type.shape[d] for p in x.args]
+        e = _rows_dim(x.type.shape, d, out.shape, sizes)
+        if e is None:
+            return None
+        post, q = math.prod(x.type.shape[d + 1:]), math.prod(out.shape[e + 1:])
+        parts = tuple(terms.apply("reshape", (p,), (), TensorType(
+            tuple(m * post // q if k == e else o for k, o in enumerate(out.shape)), out.dtype))
+            for p, m in zip(x.args, sizes, strict=True))
+        return terms.apply("concatenate", parts, (("dimension", e),), out)
+    return None

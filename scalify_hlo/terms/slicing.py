@@ -138,3 +138,27 @@ def join_slices(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: T
         end = thi[d]
     new_hi = tuple(end if i == d else h for i, h in enumerate(hi))
     return slice_of(terms, x, lo, new_hi)
+
+
+def slice_of_pad(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]) -> Term | None:
+    """`pad(y)[lo:hi]` as `pad(y[lo':hi'])` with only the padding the window keeps (edge padding only, none
+    negative): a shift with a fill written as a padded slice or as a sliced pad is one term
+    (`jnp.pad(x, 1)[:-2]` and a stencil's rows from the neighbours). None when `x` is not such a pad."""
+    if x.op != "pad":
+        return None
+    low, high, inner = (tuple(x.attr(k)) for k in ("edge_padding_low", "edge_padding_high", "interior_padding"))
+    if any(inner) or any(v < 0 for v in (*low, *high)):
+        return None
+    y, value = x.args
+    n = y.type.shape
+    ylo = tuple(min(max(a - p, 0), m) for a, p, m in zip(lo, low, n, strict=True))
+    yhi = tuple(max(min(b - p, m), c) for b, p, m, c in zip(hi, low, n, ylo, strict=True))
+    new_low = tuple(max(p - a, 0) for a, p in zip(lo, low, strict=True))
+    kept = tuple(c - a for a, c in zip(ylo, yhi, strict=True))
+    new_high = tuple(b - a - k - nl for a, b, k, nl in zip(lo, hi, kept, new_low, strict=True))
+    if any(v < 0 for v in new_high):
+        return None
+    inner_y = slice_of(terms, y, ylo, yhi)
+    shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
+    attrs = (("edge_padding_high", new_high), ("edge_padding_low", new_low), ("interior_padding", inner))
+    return terms.apply("pad", (inner_y, value), attrs, TensorType(shape, x.type.dtype))

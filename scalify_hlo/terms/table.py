@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from scalify_hlo.ir.dtypes import numpy_dtype
+from scalify_hlo.ir.dtypes import LOW_FLOATS, numpy_dtype
 from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
 from scalify_hlo.ops.elementwise import COMMUTATIVE, SHAPE_PRESERVING
 from scalify_hlo.terms import ranges, slicing, topk
-from scalify_hlo.terms.movement import normalize
+from scalify_hlo.terms.movement import normalize, reshape_outward
 from scalify_hlo.terms.ranges import Interval
 from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
 
@@ -156,7 +156,7 @@ def _reshape(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
             inner = terms.apply("broadcast_in_dim", x.args, (("broadcast_dimensions", tuple(keep.index(d) for d in dims)),),
                                 TensorType(tuple(x.type.shape[i] for i in keep), x.type.dtype))
             return terms.apply("reshape", (inner,), (), type)
-    return normalize(terms, "reshape", x, a, type)
+    return reshape_outward(terms, x, type) or normalize(terms, "reshape", x, a, type)
 
 
 def _select(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -181,7 +181,16 @@ def _negate(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tenso
 
 def _convert(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     (x,) = args
-    return x if x.type.dtype == type.dtype else None
+    if x.type.dtype == type.dtype:
+        return x
+    # A splat converted to a dtype that holds its value exactly is that splat (`jnp.pad(x, 1)` pads with the
+    # int 0 converted, a partitioner with 0.0): exact, dtype-checked folding.
+    v = scalar_value(x)
+    to_float = type.dtype in LOW_FLOATS or type.dtype in ("f32", "f64")
+    to_int = type.dtype[:1] in ("i", "u") and type.dtype != "i1"
+    if v is not None and v == v and (to_float or (to_int and float(v).is_integer())) and _exact(v, type.dtype):
+        return terms.splat(v, type)
+    return None
 
 
 def _broadcast(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -238,7 +247,15 @@ def _slice(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tensor
         lo = tuple(b + s for b, s in zip(base, a["start_indices"], strict=True))
         hi = tuple(b + s for b, s in zip(base, a["limit_indices"], strict=True))
         return slicing.slice_of(terms, x.args[0], lo, hi)
+    if all(s == 1 for s in strides):
+        return slicing.slice_of_pad(terms, x, tuple(a["start_indices"]), tuple(a["limit_indices"]))
     return None
+
+
+def _pad(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    """A pad of nothing (no edge or interior padding, as a sliced pad may become) is its operand."""
+    pads = (*a["edge_padding_low"], *a["edge_padding_high"], *a["interior_padding"])
+    return args[0] if not any(pads) else None
 
 
 def _compare(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -335,6 +352,9 @@ def _exact(value: float, dtype: str) -> bool:
         nd = numpy_dtype(dtype)
     except ValueError:
         return False
+    if nd.kind in "iu":
+        info = np.iinfo(nd)
+        return float(value).is_integer() and info.min <= value <= info.max
     if nd.kind not in "fV":
         return float(value).is_integer()
     return bool(float(np.array(value).astype(nd).astype(np.float64)) == value)
@@ -425,6 +445,7 @@ _CANON = {
     "negate": _negate,
     "optimization_barrier": _identity,
     "or": _or,
+    "pad": _pad,
     "reduce": ranges.fold_reduce_logic,
     "reshape": _reshape,
     "select": _select,

@@ -441,3 +441,34 @@ def stages_body(x: jax.Array, ws: jax.Array) -> jax.Array:
 
 add(Program("pat_pipeline_stages_fori", stages_ref, stages_body, M8, (P(), P("i")), P(), (f32(4, 4), f32(N, 4, 4)),
             "pattern: one layer per stage, activations passed along the ring"))
+
+# ------------------------------------------------------------------ blocks named by a permuted axis_index
+
+
+def next_block_body(x: jax.Array) -> jax.Array:
+    """Each device takes the block after its own (wrapping) out of a replicated value: block (i + 1) mod n."""
+    b = x.shape[0] // N
+    return lax.dynamic_slice_in_dim(x, ((lax.axis_index("i") + 1) % N) * b, b)
+
+
+def next_block_wrong_body(x: jax.Array) -> jax.Array:
+    b = x.shape[0] // N
+    return lax.dynamic_slice_in_dim(x, ((lax.axis_index("i") + 2) % N) * b, b)  # BUG: the block after is + 1, not + 2
+
+
+def mirrored_block_body(x: jax.Array) -> jax.Array:
+    """Device i takes block n - 1 - i of its rows (a table read by partition-id, reversed), then negates it."""
+    b = x.shape[0] // N
+    return -lax.dynamic_slice_in_dim(x, (N - 1 - lax.axis_index("i")) * b, b)
+
+
+def _next_block_ref(x: jax.Array) -> jax.Array:
+    return jnp.roll(x.reshape(N, -1, *x.shape[1:]), -1, axis=0).reshape(x.shape)
+
+
+add(Program("pat_next_block_axis_index", _next_block_ref, next_block_body, M8, (P(),), P("i"), (f32(16, 3),),
+            "pattern: block (i + 1) mod n of a replicated value"))
+add(Program("pat_next_block_axis_index_BUG_plus2", _next_block_ref, next_block_wrong_body, M8, (P(),), P("i"),
+            (f32(16, 3),), "pattern: block (i + 1) mod n of a replicated value", bug=True))
+add(Program("pat_mirrored_block_axis_index", lambda x: -jnp.flip(x.reshape(N, -1), 0).reshape(-1),
+            mirrored_block_body, M8, (P(),), P("i"), (f32(32),), "pattern: block n - 1 - i, reversed blocks"))
