@@ -17,9 +17,22 @@ from collections.abc import Callable
 import numpy as np
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
-from scalify_hlo.rules.facts import Ctx, Fact, Holds, InWindow, Lookup, Masked, Shifted, Varying, Window
+from scalify_hlo.rules.facts import (
+    Ctx,
+    Fact,
+    Holds,
+    InWindow,
+    Lookup,
+    Masked,
+    Shifted,
+    Varying,
+    Window,
+    join,
+    view,
+)
 from scalify_hlo.rules.indexing import gather as gather_holds
 
+from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.nodes import GatherDims, Op, TensorType, Value
 from scalify_hlo.layout.groups import match_axis_index
 from scalify_hlo.layout.mesh import Layout, Reducer
@@ -49,6 +62,27 @@ def applies(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> bool:
 def transfer(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
     rule = RULES.get(op.opcode)
     return None if rule is None else rule(ctx, op, facts)
+
+
+def settled(ctx: Ctx, f: Fact) -> Fact:
+    """An index shifted per device with no window (`x + axis_index * k` read by an op no masking rule
+    models, or leaving the body) as the block it is: the base plus the constant tensor whose block on each
+    device is that device's shift. Any other fact as it is."""
+    if not isinstance(f, Shifted) or f.window is not None:
+        return f
+    base = f.base
+    local = base.layout.local_shape(base.term.type.shape, ctx.mesh)
+    dtype = base.term.type.dtype
+    values = np.broadcast_to(f.shift.reshape(-1, *(1,) * len(local)), (ctx.mesh.size, *local))
+    shift = ctx.lift(Varying(values.astype(numpy_dtype(dtype)), TensorType(local, dtype)))
+    layout = join([Layout(base.layout.dims), Layout(shift.layout.dims)]) if isinstance(shift, Holds) else None
+    if layout is None or not isinstance(shift, Holds):
+        return f
+    a = view(base.term, base.layout, layout.dims, ctx.mesh, ctx.terms)
+    b = view(shift.term, shift.layout, layout.dims, ctx.mesh, ctx.terms)
+    if a is None or b is None:
+        return f
+    return Holds(ctx.terms.apply("add", (a, b), (), a.type), Layout(layout.dims, base.layout.partial), base.origin)
 
 
 # -- reading operands ---------------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ FEW = {
     "pat_halo_stencil": "proven",
     "tut_ppermute_shift": "proven",
     "tut_psumscatter_matmul_ring": "proven",
+    "pat_int_axis_offset": "proven",
+    "pat_int_axis_offset_BUG_scale": "caught",
 }
 
 

@@ -31,7 +31,17 @@ from scalify_hlo.rules import boundary, halo, linalg, masking, sorting
 from scalify_hlo.rules import collectives as C
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, PerBlock, TupleFact, Varying, constant_term
+from scalify_hlo.rules.facts import (
+    Ctx,
+    Fact,
+    Failed,
+    Holds,
+    PerBlock,
+    Shifted,
+    TupleFact,
+    Varying,
+    constant_term,
+)
 from scalify_hlo.rules.linalg import LAPACK_TARGETS
 from scalify_hlo.terms import evaluate as termeval
 from scalify_hlo.terms.table import Terms
@@ -62,6 +72,11 @@ def _steps(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None
         if family.applies(ctx, op, facts) and (steps := family.transfer(ctx, op, facts)) is not None:
             return steps
     return None
+
+
+def _settle(ctx: Ctx, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """Indices shifted per device that no masking rule reads here, as the blocks they are."""
+    return tuple(masking.settled(ctx, f) if isinstance(f, Shifted) else f for f in facts)
 
 
 class Deriver:
@@ -132,25 +147,11 @@ class Deriver:
                 self.progress(i + 1, len(region.ops))
         # A per-device scalar leaves a region only into a conditional that selects with it (`keep_blocks`);
         # elsewhere (loops, shard_map and program outputs) it is the failure found reading it as partial.
-        return tuple(f.failure if isinstance(f, PerBlock) and not keep_blocks else f
+        return tuple(f.failure if isinstance(f, PerBlock) and not keep_blocks else masking.settled(self.ctx, f)
                      for f in (self.facts[v] for v in region.results))
 
     def op(self, op: Op) -> None:
-        facts = tuple(self.facts[v] for v in op.operands)
-        failed = next((f for f in facts if isinstance(f, Failed)), None)
-        out: tuple[Fact, ...]
-        if failed is not None and op.opcode not in ("tuple", "get_tuple_element"):
-            out = tuple(failed for _ in op.results)
-        elif (block := next((f for f in facts if isinstance(f, PerBlock)), None)) is not None and not _carries(op):
-            out = tuple(block.failure for _ in op.results)  # a per-device scalar where it is not modelled
-        elif (steps := _steps(self.ctx, op, facts)) is not None:
-            out = steps
-        elif op.opcode in self.hooks:
-            out = self.hooks[op.opcode](self, op, facts)
-        elif (info := OPS.get(op.opcode)) is not None and info.transfer is not None:
-            out = info.transfer(self.ctx, op, facts)
-        else:
-            out = tuple(self.ctx.unsupported(op, "no transfer rule for this op") for _ in op.results)
+        out = self._transfer(op, tuple(self.facts[v] for v in op.operands))
         if len(out) != len(op.results):
             out = tuple(self.ctx.unsupported(op, "results that do not match the rule") for _ in op.results)
         if self.resync is not None:
@@ -159,6 +160,23 @@ class Deriver:
             self.facts[v] = f
             if isinstance(f, Varying):
                 self.varying_op.setdefault(id(f), op)
+
+    def _transfer(self, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+        failed = next((f for f in facts if isinstance(f, Failed)), None)
+        if failed is not None and op.opcode not in ("tuple", "get_tuple_element"):
+            return tuple(failed for _ in op.results)
+        if (block := next((f for f in facts if isinstance(f, PerBlock)), None)) is not None and not _carries(op):
+            return tuple(block.failure for _ in op.results)  # a per-device scalar where it is not modelled
+        if (steps := _steps(self.ctx, op, facts)) is not None:
+            return steps
+        settled = _settle(self.ctx, facts)
+        if any(a is not b for a, b in zip(settled, facts, strict=True)):
+            return self._transfer(op, settled)
+        if op.opcode in self.hooks:
+            return self.hooks[op.opcode](self, op, facts)
+        if (info := OPS.get(op.opcode)) is not None and info.transfer is not None:
+            return info.transfer(self.ctx, op, facts)
+        return tuple(self.ctx.unsupported(op, "no transfer rule for this op") for _ in op.results)
 
     # -- device-varying values ----------------------------------------------------------------------------
     def source(self, v: Varying) -> Op | None:

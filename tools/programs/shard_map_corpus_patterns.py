@@ -64,6 +64,9 @@ add(Program("pat_even_index_mask", lambda x: jnp.where(jnp.arange(32) % 2 == 0, 
 add(Program("pat_int_axis_offset", lambda x: x + jnp.repeat(jnp.arange(8, dtype=jnp.int32) * 100, 2),
             lambda x: x + lax.axis_index("i") * 100, M8, (P("i"),), P("i"), (i32(16),),
             "pattern: integer offset by device"))
+add(Program("pat_int_axis_offset_BUG_scale", lambda x: x + jnp.repeat(jnp.arange(8, dtype=jnp.int32) * 100, 2),
+            lambda x: x + lax.axis_index("i") * 10, M8, (P("i"),), P("i"), (i32(16),),  # BUG: the offset is 100 per device
+            "pattern: integer offset by device", bug=True))
 add(Program("pat_psum_axis_index", lambda x: 28.0 * x, lambda x: x * lax.psum(lax.axis_index("i"), "i"), M8,
             (P("i"),), P("i"), (f32(16),), "pattern: psum of axis_index"))
 
