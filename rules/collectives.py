@@ -37,6 +37,7 @@ from scalify_hlo.layout.groups import (
 )
 from scalify_hlo.layout.mesh import Layout, Reducer
 from scalify_hlo.ops.reducers import COLLECTIVE_NAME, identity, reducer_of
+from scalify_hlo.terms.movement import reverse_blocks
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import Term
 
@@ -365,6 +366,8 @@ def blocks_in_order(terms: Terms, t: Term, d: int, src: np.ndarray) -> Term | No
             runs.append([s, s + 1] if s >= 0 else [-1, 1])
     if runs == [[0, n]]:
         return t
+    if src.tolist() == list(range(n - 1, -1, -1)):
+        return reverse_blocks(terms, t, d, n, within=False)  # as `jnp.flip` of the blocks spells it
     parts = []
     for lo, hi in runs:
         if lo < 0:

@@ -30,6 +30,7 @@ from scalify_hlo.rules.facts import (
 
 from scalify_hlo.ir.nodes import EMPTY_ATTRS, Op, TensorType
 from scalify_hlo.layout.mesh import Layout
+from scalify_hlo.terms.movement import reverse_blocks
 
 
 def holds_operands(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> list[Holds] | Failed:
@@ -320,11 +321,18 @@ def reverse(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         return (ops,)
     (x,) = ops
     dims = tuple(op.attrs["dimensions"])  # type: ignore[arg-type]
-    if any(x.layout.dims[d] for d in dims):
-        return (ctx.unsupported(op, "reversing a split dim"),)
-    term = ctx.terms.apply("reverse", (x.term,), (("dimensions", dims),),
-                           TensorType(x.term.type.shape, op.result.tensor.dtype))
-    return (Holds(term, x.layout, x.origin),)
+    t = x.term
+    whole = tuple(d for d in dims if not x.layout.dims[d])
+    if whole:
+        t = ctx.terms.apply("reverse", (t,), (("dimensions", whole),), TensorType(t.type.shape, op.result.tensor.dtype))
+    for d in dims:
+        if x.layout.dims[d]:
+            # Each device reverses its own block: the rows of every block reversed, the blocks kept in place.
+            n = ctx.mesh.size_of(x.layout.dims[d])
+            if t.type.shape[d] % n:
+                return (ctx.unsupported(op, f"reversing dim {d}, split in uneven blocks"),)
+            t = reverse_blocks(ctx.terms, t, d, n, within=True)
+    return (Holds(t, x.layout, x.origin),)
 
 
 def iota(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

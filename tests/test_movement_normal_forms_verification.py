@@ -181,3 +181,33 @@ def test_a_failed_operand_is_not_read() -> None:
             (Value(TensorType((1,), "f32")),), Attrs.of({"slice_sizes": (1,)}))
     (fact,) = indexing.dynamic_slice(_ctx(terms), op, (Failed("x", None, False), Varying(np.zeros(8, np.int32), TensorType((), "i32"))))
     assert isinstance(fact, Failed)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(SHAPES), st.sets(st.integers(0, 2), max_size=3)),
+                min_size=1, max_size=4))
+def test_reverses_and_reshapes_keep_values(steps: list[tuple[bool, tuple[int, ...], set[int]]]) -> None:
+    """Any chain of reshapes and reverses: the canonical term (reverses merged, a reverse of every dim moved
+    through a reshape) evaluates to what NumPy computes step by step."""
+    terms = Terms()
+    x = terms.param(0, TensorType((24,), "f32"), "x")
+    t, want = x, np.arange(24, dtype=np.float32)
+    for is_reshape, shape, dims in steps:
+        if is_reshape:
+            t, want = terms.apply("reshape", (t,), (), TensorType(shape, "f32")), want.reshape(shape)
+        else:
+            ds = tuple(sorted(d for d in dims if d < t.type.rank))
+            t = terms.apply("reverse", (t,), (("dimensions", ds),), t.type)
+            want = np.flip(want, ds) if ds else want
+    np.testing.assert_array_equal(evaluate(t, {x.id: np.arange(24, dtype=np.float32)}), want)
+
+
+def test_flip_of_blocks_and_rows_is_the_whole_flip() -> None:
+    """A split dim flipped as a partitioner does it (the blocks' order reversed by a permute, then each block
+    reversed on its device) is `jnp.flip` of the whole dim, as one term."""
+    from scalify_hlo.terms.movement import reverse_blocks
+
+    terms = Terms()
+    x = terms.param(0, TensorType((16, 3), "f32"), "x")
+    both = reverse_blocks(terms, reverse_blocks(terms, x, 0, 8, within=False), 0, 8, within=True)
+    assert both is terms.apply("reverse", (x,), (("dimensions", (0,)),), x.type)

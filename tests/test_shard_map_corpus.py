@@ -33,6 +33,8 @@ FEW = {
     "tut_psumscatter_matmul_ring": "proven",
     "pat_int_axis_offset": "proven",
     "pat_int_axis_offset_BUG_scale": "caught",
+    "pat_reverse_by_ppermute": "proven",
+    "pat_mirrored_block_axis_index": "proven",
 }
 
 

@@ -101,13 +101,18 @@ CASES: list[Case] = [
           train=True),
     _case("405b-train-scan-64", "405b", None, 64, "train step: 405B, 126 layers under lax.scan, 64 devices",
           scanned=True, train=True),
+    _case("405b-train-8", "405b", None, 8, "train step, device ratio: 405B, 126 layers, 8 devices as fsdp 2 x tp 4",
+          tp=4, train=True),
+    _case("405b-train-4096", "405b", None, 4096, "train step, device ratio: 405B, 126 layers, 4096 devices "
+          "(fsdp 512 x tp 8, 2 x 2048 processes)", train=True),
     _case("405b-train-64-bug97", "405b", None, 64, f"405B train step, the all-reduce of layer {BUG_LAYER}'s "
           f"'{bench_train.BUG_WEIGHT}' weight gradient over tp instead of fsdp (backward pass)", bug_layer=BUG_LAYER,
           train=True),
 ]
 QUICK = ("8b-64", "405b-1L-64")
 CHECK = ("405b-64", "405b-1L-64", "405b-8", "405b-8-tp4", "405b-16", "405b-4096", "405b-64-bug97",
-         "8b-train-8", "8b-train-64", "405b-train-64", "405b-train-scan-64", "405b-train-64-bug97")
+         "8b-train-8", "8b-train-64", "405b-train-64", "405b-train-scan-64", "405b-train-64-bug97",
+         "405b-train-8", "405b-train-4096")
 BY_NAME = {c.name: c for c in CASES}
 
 
@@ -419,7 +424,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.check:
         print("\nTargets:")
         print(targets_text(results))
-        return 0 if all(ok for _, ok, _ in targets(results)) else 1
+        judged = targets(results) + (bench_train.train_targets(results)
+                                     if any(c.spec.train for c in select(ns)) else [])
+        return 0 if all(ok for _, ok, _ in judged) else 1
     return 0
 
 

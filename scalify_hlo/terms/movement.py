@@ -218,3 +218,39 @@ def reshape_outward(terms: Terms, x: Term, out: TensorType) -> Term | None:
             for p, m in zip(x.args, sizes, strict=True))
         return terms.apply("concatenate", parts, (("dimension", e),), out)
     return None
+
+
+def reverse_blocks(terms: Terms, t: Term, d: int, n: int, *, within: bool) -> Term:
+    """`t` with dim `d` cut into `n` blocks and either the rows of each block reversed (`within`) or the
+    order of the blocks reversed: a reverse of the split dims `(n, block)`, as `jnp.flip` of a reshape."""
+    shape = t.type.shape
+    split = TensorType((*shape[:d], n, shape[d] // n, *shape[d + 1:]), t.type.dtype)
+    cut = terms.apply("reshape", (t,), (), split)
+    flipped = terms.apply("reverse", (cut,), (("dimensions", (d + 1 if within else d,)),), split)
+    return terms.apply("reshape", (flipped,), (), t.type)
+
+
+
+def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
+    """The minimal runs (source dims, result dims) of equal size that a reshape maps onto each other, in order,
+    unit dims left out; None when the sizes differ."""
+    a = [i for i, n in enumerate(src) if n != 1]
+    b = [j for j, n in enumerate(dst) if n != 1]
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        gi, gj, p, q = [a[i]], [b[j]], src[a[i]], dst[b[j]]
+        i, j = i + 1, j + 1
+        while p != q:
+            if p < q and i < len(a):
+                gi.append(a[i])
+                p *= src[a[i]]
+                i += 1
+            elif q < p and j < len(b):
+                gj.append(b[j])
+                q *= dst[b[j]]
+                j += 1
+            else:
+                return None
+        groups.append((gi, gj))
+    return groups if i == len(a) and j == len(b) else None

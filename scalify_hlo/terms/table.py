@@ -21,7 +21,7 @@ from scalify_hlo.ir.dtypes import LOW_FLOATS, numpy_dtype
 from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
 from scalify_hlo.ops.elementwise import COMMUTATIVE, SHAPE_PRESERVING
 from scalify_hlo.terms import ranges, slicing, topk
-from scalify_hlo.terms.movement import normalize, reshape_outward
+from scalify_hlo.terms.movement import normalize, reshape_groups, reshape_outward
 from scalify_hlo.terms.ranges import Interval
 from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
 
@@ -258,6 +258,30 @@ def _pad(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorTy
     return args[0] if not any(pads) else None
 
 
+def _reverse(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    """Reverses in one normal form: unit dims dropped from the set, two reverses one (dims of both, less the
+    dims reversed twice), and a reverse of whole reshape groups (all the dims a reshape made of some operand
+    dims) is the reverse of those operand dims, reshaped: a block order and the rows within the blocks both
+    reversed, as a partitioner does a split dim's `jnp.flip`, is the reverse of the dim."""
+    (x,) = args
+    dims = tuple(sorted(d for d in a.get("dimensions") or () if type.shape[d] != 1))
+    if x.op == "reverse":
+        dims = tuple(sorted(set(dims) ^ set(x.attr("dimensions"))))
+        x = x.args[0]
+    if not dims:
+        return x
+    if x.op == "reshape" and (groups := reshape_groups(x.args[0].type.shape, type.shape)) is not None:
+        chosen = [g for g in groups if set(g[1]) <= set(dims)]
+        if all(set(g[1]).isdisjoint(dims) or g in chosen for g in groups):
+            (y,) = x.args
+            inner_dims = tuple(sorted(d for g in chosen for d in g[0]))
+            inner = terms.apply("reverse", (y,), (("dimensions", inner_dims),), y.type)
+            return terms.apply("reshape", (inner,), (), type)
+    if x.op == "reverse" or dims != tuple(a.get("dimensions") or ()) or args[0] is not x:
+        return terms.apply("reverse", (x,), (("dimensions", dims),), type)
+    return None
+
+
 def _compare(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     # JAX spells the comparison type, XLA leaves out the default one: drop it only when it is the default
     # for the operands' element type (comparing unsigned values as SIGNED is another comparison).
@@ -448,6 +472,7 @@ _CANON = {
     "pad": _pad,
     "reduce": ranges.fold_reduce_logic,
     "reshape": _reshape,
+    "reverse": _reverse,
     "select": _select,
     "slice": _slice,
     "square": _square,
