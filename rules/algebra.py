@@ -222,6 +222,9 @@ HOMOGENEOUS: tuple[Homogeneous, ...] = (
     # sums of products: linear in each factor
     Homogeneous("dot_general", 2, 0), Homogeneous("dot_general", 2, 1),
     Homogeneous("reduce", 2, 0, zero_other=True, attrs=(("reducer", "sum"),)),
+    # a select keeping c·x where it keeps anything else is 0 (the gradient of relu, of `where`, of abs):
+    # `zero_other` is the other branch
+    Homogeneous("select", 3, 1, zero_other=True), Homogeneous("select", 3, 2, zero_other=True),
 )
 
 
@@ -237,12 +240,14 @@ def homogeneous_args(op: str, attrs: tuple[tuple[str, Any], ...], arg_dtypes: tu
 
 
 # (name, ty, attrs) of an op of one argument homogeneous in it; of two, in argument 0 or 1; in argument 0
-# when argument 1 is 0. Asserted by the feeder for each op it feeds.
+# when argument 1 is 0; of three, in argument 1 or 2 when the other of them is 0. Asserted by the feeder for
+# each op it feeds.
 # (egglog's typing of `relation` takes an `egg_fn` only for one argument: the names are fixed for the feeder.)
 _relation: Callable[..., Callable[..., Unit]] = relation
 homogeneous1 = _relation("homogeneous1", String, String, String, egg_fn="Homogeneous1")
 homogeneous2 = _relation("homogeneous2", String, String, String, i64, egg_fn="Homogeneous2")
 homogeneous2_zero = _relation("homogeneous2_zero", String, String, String, egg_fn="Homogeneous2Zero")
+homogeneous3_zero = _relation("homogeneous3_zero", String, String, String, i64, egg_fn="Homogeneous3Zero")
 
 
 def exact_text(value: int | float | complex) -> str:
@@ -310,6 +315,20 @@ def linear(x: Tensor, y: Tensor, c: BigRat, n: String, ty: String, at: String, t
     zero = r_const(BigRat(0, 1), tz)
     yield rewrite(op2(n, ty, at, scaled, zero)).to(r_mul(op2(n, ty, at, x, zero), r_const(c, ty)),
                                                     homogeneous2_zero(n, ty, at))
+    # Three arguments (a select: y its predicate), the other value 0. A constant kept by the select is its
+    # factor too (`select(p, 1/64, 0)` is `select(p, 1, 0)·(1/64)`), so a mean's 1/n taken at two places meets.
+    yield rewrite(op3(n, ty, at, y, scaled, zero)).to(r_mul(op3(n, ty, at, y, x, zero), r_const(c, ty)),
+                                                       homogeneous3_zero(n, ty, at, i64(1)))
+    yield rewrite(op3(n, ty, at, y, zero, scaled)).to(r_mul(op3(n, ty, at, y, zero, x), r_const(c, ty)),
+                                                       homogeneous3_zero(n, ty, at, i64(2)))
+    one = r_const(BigRat(1, 1), tx)
+    kept = r_const(c, tx)
+    yield rewrite(op3(n, ty, at, y, kept, zero)).to(r_mul(op3(n, ty, at, y, one, zero), r_const(c, ty)),
+                                                     homogeneous3_zero(n, ty, at, i64(1)), ne(c).to(BigRat(1, 1)),
+                                                     ne(c).to(BigRat(0, 1)))
+    yield rewrite(op3(n, ty, at, y, zero, kept)).to(r_mul(op3(n, ty, at, y, zero, one), r_const(c, ty)),
+                                                     homogeneous3_zero(n, ty, at, i64(2)), ne(c).to(BigRat(1, 1)),
+                                                     ne(c).to(BigRat(0, 1)))
 
 
 @ruleset

@@ -211,3 +211,58 @@ def test_flip_of_blocks_and_rows_is_the_whole_flip() -> None:
     x = terms.param(0, TensorType((16, 3), "f32"), "x")
     both = reverse_blocks(terms, reverse_blocks(terms, x, 0, 8, within=False), 0, 8, within=True)
     assert both is terms.apply("reverse", (x,), (("dimensions", (0,)),), x.type)
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(st.data())
+def test_scatter_of_one_window_keeps_values(data: st.DataObject) -> None:
+    """`x.at[window].add/max/min/multiply(u)` at a constant in-bounds position, as the joined tensor the normal
+    form makes, evaluates to what NumPy computes (inserted window dims included)."""
+    from scalify_hlo.ir.nodes import Literal, ScatterDims
+
+    shape = data.draw(st.sampled_from([(6,), (4, 5), (3, 4, 2)]))
+    rank = len(shape)
+    inserted = tuple(sorted(data.draw(st.sets(st.integers(0, rank - 1), max_size=1))))
+    window = [1 if d in inserted else data.draw(st.integers(1, shape[d])) for d in range(rank)]
+    start = [data.draw(st.integers(0, shape[d] - window[d])) for d in range(rank)]
+    reducer, np_op = data.draw(st.sampled_from([("sum", np.add), ("max", np.maximum), ("min", np.minimum),
+                                                 ("prod", np.multiply)]))
+    terms = Terms()
+    x = terms.param(0, TensorType(shape, "f32"), "x")
+    upd_shape = tuple(w for d, w in enumerate(window) if d not in inserted)
+    u = terms.param(1, TensorType(upd_shape, "f32"), "u")
+    idx = terms.constant(Literal(np.array(start, dtype=np.int32), "i32"), TensorType((rank,), "i32"))
+    dims = ScatterDims(tuple(range(len(upd_shape))), inserted, (), (), tuple(range(rank)), 1)
+    attrs = (("scatter_dimension_numbers", dims), ("computation", reducer))
+    t = terms.apply("scatter", (x, idx, u), attrs, x.type)
+    assert t.op != "scatter"
+    rng = np.random.default_rng(0)
+    xs, us = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(upd_shape).astype(np.float32)
+    want = xs.copy()
+    where = tuple(slice(s, s + w) for s, w in zip(start, window, strict=True))
+    want[where] = np_op(want[where], us.reshape(window))
+    np.testing.assert_allclose(evaluate(t, {x.id: xs, u.id: us}), want, rtol=1e-6)
+
+
+def test_scatter_out_of_bounds_stays_opaque() -> None:
+    from scalify_hlo.ir.nodes import Literal, ScatterDims
+
+    terms = Terms()
+    x = terms.param(0, TensorType((6,), "f32"), "x")
+    u = terms.param(1, TensorType((3,), "f32"), "u")
+    idx = terms.constant(Literal(np.array([5], dtype=np.int32), "i32"), TensorType((1,), "i32"))
+    attrs = (("scatter_dimension_numbers", ScatterDims((0,), (), (), (), (0,), 1)), ("computation", "sum"))
+    assert terms.apply("scatter", (x, idx, u), attrs, x.type).op == "scatter"
+
+
+def test_nested_joins_and_runs_of_slices_flatten() -> None:
+    terms = Terms()
+    x = terms.param(0, TensorType((8,), "f32"), "x")
+    y = terms.param(1, TensorType((2,), "f32"), "y")
+    inner = terms.apply("concatenate", (slice_of(terms, x, (2,), (4,)), y), (("dimension", 0),), TensorType((4,), "f32"))
+    t = terms.apply("concatenate", (slice_of(terms, x, (0,), (2,)), inner, slice_of(terms, x, (4,), (8,))),
+                    (("dimension", 0),), TensorType((10,), "f32"))
+    assert [a.op for a in t.args] == ["slice", "param", "slice"]
+    assert t.args[0].attr("limit_indices") == (4,)
+    xs, ys = np.arange(8, dtype=np.float32), np.array([-1, -2], dtype=np.float32)
+    np.testing.assert_array_equal(evaluate(t, {x.id: xs, y.id: ys}), np.concatenate([xs[:4], ys, xs[4:]]))

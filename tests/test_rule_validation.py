@@ -241,6 +241,7 @@ def test_canonical_forms_of_every_op_and_constant_keep_values(dtype: str) -> Non
 # op(…, c·x, …) and c·op(…, x, …) in NumPy, per `algebra.HOMOGENEOUS` entry (op, arg): x is that argument,
 # `other` the other one (0 where the entry asks for it).
 _RNG_IDX = np.array([3, 0, 2, 2])
+_RNG_MASK = np.random.default_rng(7).standard_normal((8, 4)) > 0
 _HOMOGENEOUS_EXAMPLES: dict[tuple[str, int], Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     ("reshape", 0): lambda x, _: x.reshape(4, 4, 2),
     ("transpose", 0): lambda x, _: x.transpose(1, 0),
@@ -253,6 +254,8 @@ _HOMOGENEOUS_EXAMPLES: dict[tuple[str, int], Callable[[np.ndarray, np.ndarray], 
     ("dot_general", 0): lambda x, other: x @ other.T,
     ("dot_general", 1): lambda x, other: other.T @ x,
     ("reduce", 0): lambda x, other: np.sum(x, axis=0) + other.reshape(-1)[0],
+    ("select", 1): lambda x, other: np.where(_RNG_MASK, x, other),
+    ("select", 2): lambda x, other: np.where(_RNG_MASK, other, x),
 }
 
 
@@ -288,8 +291,10 @@ def test_homogeneous_facts_only_for_real_ops_with_the_attrs() -> None:
 
 def test_linear_ruleset_has_one_rule_per_kind_of_homogeneity() -> None:
     algebra.linear._update_egg_decls()
-    kinds = {(h.arity, h.arg if not h.zero_other else "zero") for h in algebra.HOMOGENEOUS}
-    assert len(algebra.linear.__egg_ruleset__.rules) == len(kinds) == 4  # type: ignore[attr-defined]
+    kinds = {(h.arity, h.arg if not h.zero_other or h.arity == 3 else "zero") for h in algebra.HOMOGENEOUS}
+    # three-argument kinds (a select's branches) have a second rule each: a constant the select keeps
+    rules = sum(2 if arity == 3 else 1 for arity, _ in kinds)
+    assert len(algebra.linear.__egg_ruleset__.rules) == rules == 8  # type: ignore[attr-defined]
 
 
 def test_constant_folds_are_exact_rational_arithmetic() -> None:

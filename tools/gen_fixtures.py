@@ -594,11 +594,14 @@ def _llama_sp_shardy(name: str) -> Built:
 
 def shard_map_pair(name: str, ref: Callable[..., Any], impl: Callable[..., Any], mesh: jax.sharding.Mesh,
                    args: Sequence[Any], argnames: Sequence[str], in_specs: Sequence[Any],
-                   bug_fn: Callable[..., Any] | None) -> Built:
-    """before = jit(ref) lowered without shardings; after = jit(shard_map impl) lowered on sharded inputs."""
+                   bug_fn: Callable[..., Any] | None, *, lower_sharded: bool = True) -> Built:
+    """before = jit(ref) lowered without shardings; after = jit(shard_map impl) lowered on sharded inputs
+    (`lower_sharded=False`: on unsharded ones, as a user often lowers it — JAX then lays scalars out on an
+    `@empty_mesh` of its own)."""
     in_sh = tuple(named(mesh, s) for s in in_specs)
     before_text = jax.jit(ref).lower(*sds(args)).as_text(debug_info=True)
-    after_text = jax.jit(impl).lower(*sds(tuple(args), in_sh)).as_text(debug_info=True)
+    after_text = jax.jit(impl).lower(*(sds(tuple(args), in_sh) if lower_sharded else sds(args))).as_text(
+        debug_info=True)
     assert "sdy.manual_computation" in after_text, f"{name}: no sdy.manual_computation in the shard_map lowering"
     inputs, input_names = leaves_with_names(args, argnames)
     before_out = to_numpy_list(jax.jit(ref)(*args))
@@ -1056,6 +1059,28 @@ fixture("dp_mean_adamw_shard_map", "data-parallel optax AdamW step of a small ML
         "update (sqrt of the second moment) (correct)")(_dp_mean_adamw("correct"))
 fixture("dp_mean_adamw_shard_map_local_grads", "data-parallel optax AdamW step feeding each shard's own "
         "gradients to the optimizer (no pmean over dp)")(_dp_mean_adamw("local_grads"))
+
+
+def _dp_relu_adam(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((4, 2), ("dp", "tp"))
+        args = dp_mean.init_relu_adam(rng_for("dp_relu_adam"))
+        in_specs, _ = dp_mean.adamw_specs(args[1])
+        built = shard_map_pair(name, dp_mean.relu_adam_step, dp_mean.shard_map_relu_adam(mesh, args[1], variant),
+                               mesh, args, ["params", "opt_state", "x", "y"], in_specs,
+                               None if variant == "correct" else dp_mean.RELU_ADAM_VARIANTS[variant],
+                               lower_sharded=False)
+        assert "@empty_mesh" in built.after_text, f"{name}: expected JAX's empty mesh for Adam's count"
+        return built
+
+    return fn
+
+
+fixture("dp_relu_adam_shard_map_unsharded_lowering", "data-parallel optax Adam step of a relu MLP in shard_map, "
+        "lowered from unsharded inputs as a user does (Adam's scalar count on JAX's @empty_mesh): pmean of the "
+        "local mean loss's gradients, whose 1/n sits in relu's select (correct)")(_dp_relu_adam("correct"))
+fixture("dp_relu_adam_shard_map_psum_not_pmean", "data-parallel Adam step of a relu MLP summing the shards' "
+        "mean gradients with psum where pmean belongs")(_dp_relu_adam("psum_not_pmean"))
 
 
 # --------------------------------------------------------------------------------------- parallelism styles

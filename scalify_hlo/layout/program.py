@@ -123,14 +123,23 @@ def _gspmd_only(attrs: Attrs, where: Span | None = None) -> Sharding | None:
     return parse_gspmd(str(attrs["mhlo.sharding"]), where) if "mhlo.sharding" in attrs else None
 
 
+def used_meshes(module: Module) -> tuple[tuple[str, str], ...]:
+    """The module's `sdy.mesh`es less the empty one (no axes, no devices: JAX's `@empty_mesh` for a scalar
+    argument of a jitted shard_map, whose sharding on it says only "replicated"), unless it is the only one."""
+    kept = tuple((name, text) for name, text in module.meshes
+                 if mesh_from_sdy(text).axes or mesh_from_sdy(text).device_ids is not None)
+    return kept or module.meshes
+
+
 def module_mesh(module: Module, func: Func, hint: Mesh | None = None) -> Mesh:
     """The module's own `sdy.mesh`, else one inferred from its device lists (refining `hint`)."""
     if module.meshes:
-        names = {m for m, _ in module.meshes}
-        if len(names) > 1:  # legal Shardy (JAX adds maximal meshes, for one): not modelled, so unknown
-            raise UnmodelledShardingError(Span(module.path), f"{len(names)} meshes ({', '.join(sorted(names))}); "
+        meshes = used_meshes(module)
+        if len(meshes) > 1:  # legal Shardy (JAX adds maximal meshes, for one): not modelled, so unknown
+            names = ", ".join(sorted(m for m, _ in meshes))
+            raise UnmodelledShardingError(Span(module.path), f"{len(meshes)} meshes ({names}); "
                                           "only modules with one sdy.mesh are modelled")
-        return mesh_from_sdy(module.meshes[0][1])
+        return mesh_from_sdy(meshes[0][1])
     num = module.num_partitions
     arrays = list(_device_arrays(module, func, hint if hint is not None and hint.size == num else None))
     if hint is not None and hint.size == num:

@@ -30,7 +30,7 @@ from scalify_hlo.ir.nodes import Func, Module, Op, Region, TensorType, Value, wa
 from scalify_hlo.layout import boundary
 from scalify_hlo.layout.inference import infer_mesh, mesh_axes_of
 from scalify_hlo.layout.mesh import Layout, Mesh, Reducer
-from scalify_hlo.layout.program import manual_layouts, module_mesh, sharding_of
+from scalify_hlo.layout.program import manual_layouts, module_mesh, sharding_of, used_meshes
 from scalify_hlo.layout.sharding import Tiled, layout_of, mesh_from_sdy
 from scalify_hlo.numeric.kernels import kernel_of
 from scalify_hlo.numeric.values import NumericUnsupported, Val, as_array, dtype_of, np_dtype
@@ -366,8 +366,8 @@ def run_pair(before: Module, after: Module, inputs: Sequence[np.ndarray]) -> tup
     if is_shard_map(after) or boundary.is_gspmd_manual(after):
         return ref, run_after(after, inputs)
     mesh = spmd_mesh(after)
-    if len(before.meshes) == 1:
-        named = mesh_from_sdy(before.meshes[0][1])
+    if len(meshes := used_meshes(before)) == 1:
+        named = mesh_from_sdy(meshes[0][1])
         mesh = named if named.size == mesh.size else mesh
     f, b = after.main, before.main
     ins = _boundary_layouts(after, "parameter", f.arg_attrs, f.params, b.arg_attrs, b.params,

@@ -199,6 +199,7 @@ class EGraph:
             head = (_lit(t.op), _lit(type_text(t)), _lit(attr_text(t.attrs)))
             for h in algebra.homogeneous_args(t.op, t.attrs, tuple(a.type.dtype for a in t.args), t.type.dtype):
                 fact = (_call("Homogeneous1", *head) if h.arity == 1
+                        else _call("Homogeneous3Zero", *head, _lit(h.arg)) if h.arity == 3
                         else _call("Homogeneous2Zero", *head) if h.zero_other
                         else _call("Homogeneous2", *head, _lit(h.arg)))
                 out.append(bindings.ActionCommand(bindings.Expr_(_SPAN, fact)))

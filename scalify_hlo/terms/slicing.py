@@ -12,7 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scalify_hlo.ir.nodes import DotDims, TensorType
+from scalify_hlo.ops.reducers import OP_OF_REDUCER
 from scalify_hlo.terms.term import peel, scalar_value
+
+_COMBINE = {r.value: op for r, op in OP_OF_REDUCER.items()}  # a scatter's "computation" -> its elementwise op
 
 if TYPE_CHECKING:
     from scalify_hlo.terms.table import Terms
@@ -121,23 +124,40 @@ def _other(a: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 def join_slices(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
-    """concatenate(x[a:b], x[b:c], ...) along d = x[a:c]."""
+    """A concatenate in one normal form: nested concatenates along the same dim flattened, and each run of
+    consecutive slices of one tensor (`x[a:b], x[b:c]` along d, the same window elsewhere) joined into one
+    slice (`x[a:c]`); the concatenate of a single part is that part. None when nothing changes."""
     d = a.get("dimension")
-    if d is None or not args or any(t.op != "slice" or not _unit_strides(t) for t in args):
+    if d is None or not args:
         return None
-    x = args[0].args[0]
-    if any(t.args[0] is not x for t in args):
+    flat: list[Term] = []
+    for t in args:
+        if t.op == "concatenate" and t.attr("dimension") == d:
+            flat.extend(t.args)
+        else:
+            flat.append(t)
+    parts: list[Term] = []
+    for t in flat:
+        prev = parts[-1] if parts else None
+        if prev is not None and (joined := _consecutive(terms, prev, t, int(d))) is not None:
+            parts[-1] = joined
+        else:
+            parts.append(t)
+    if len(parts) == 1:
+        return parts[0]
+    if len(parts) == len(args) and all(p is q for p, q in zip(parts, args, strict=True)):
         return None
-    lo, hi = _window(args[0])
-    end = hi[d]
-    for t in args[1:]:
-        tlo, thi = _window(t)
-        same_elsewhere = all(tlo[i] == lo[i] and thi[i] == hi[i] for i in range(len(lo)) if i != d)
-        if not same_elsewhere or tlo[d] != end:
-            return None
-        end = thi[d]
-    new_hi = tuple(end if i == d else h for i, h in enumerate(hi))
-    return slice_of(terms, x, lo, new_hi)
+    return terms.apply("concatenate", tuple(parts), (("dimension", d),), type)
+
+
+def _consecutive(terms: Terms, s: Term, t: Term, d: int) -> Term | None:
+    """`x[a:c]` when `s` is `x[a:b]` and `t` is `x[b:c]` along `d` (the same window elsewhere)."""
+    if s.op != "slice" or t.op != "slice" or s.args[0] is not t.args[0] or not (_unit_strides(s) and _unit_strides(t)):
+        return None
+    (slo, shi), (tlo, thi) = _window(s), _window(t)
+    if tlo[d] != shi[d] or any(slo[i] != tlo[i] or shi[i] != thi[i] for i in range(len(slo)) if i != d):
+        return None
+    return slice_of(terms, s.args[0], slo, tuple(thi[d] if i == d else h for i, h in enumerate(shi)))
 
 
 def slice_of_pad(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]) -> Term | None:
@@ -162,3 +182,68 @@ def slice_of_pad(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]
     shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
     attrs = (("edge_padding_high", new_high), ("edge_padding_low", new_low), ("interior_padding", inner))
     return terms.apply("pad", (inner_y, value), attrs, TensorType(shape, x.type.dtype))
+
+
+def scatter_window(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    """A scatter of one window at a constant, in-bounds position, combined by a reduction (`x.at[a:b].add(u)`,
+    `.max`, `.min`, `.multiply`) as the tensor it makes: the window `op(x[w], u)` joined with the rows of `x`
+    around it along each dim (`embed`), so that it meets a program that computes that block and joins it.
+    None for anything else (several or computed indices, batching dims, other update computations)."""
+    g = a.get("scatter_dimension_numbers")
+    combine = _COMBINE.get(a.get("computation"))  # type: ignore[arg-type]
+    if len(args) != 3 or g is None or combine is None or g.input_batching_dims:
+        return None
+    x, idx, upd = args
+    vec = _constant_ints(idx)
+    if vec is None or len(vec) != len(g.scattered_dims_to_operand_dims):
+        return None
+    scatter_dims = [d for d in range(upd.type.rank) if d not in g.update_window_dims]
+    if any(upd.type.shape[d] != 1 for d in scatter_dims):
+        return None
+    sizes = iter(upd.type.shape[d] for d in g.update_window_dims)
+    window = tuple(1 if d in g.inserted_window_dims else next(sizes) for d in range(x.type.rank))
+    start = [0] * x.type.rank
+    for k, d in enumerate(g.scattered_dims_to_operand_dims):
+        start[d] = vec[k]
+    end = tuple(s + w for s, w in zip(start, window, strict=True))
+    if any(s < 0 or e > n for s, e, n in zip(start, end, x.type.shape, strict=True)):
+        return None  # XLA skips an out-of-bounds window: left to the opaque scatter
+    wtype = TensorType(window, type.dtype)
+    block = terms.apply(combine, (slice_of(terms, x, tuple(start), end), terms.apply("reshape", (upd,), (), wtype)),
+                        (), wtype)
+    return embed(terms, x, block, tuple(start))
+
+
+def embed(terms: Terms, x: Term, block: Term, start: tuple[int, ...]) -> Term:
+    """`x` with the window at `start` replaced by `block`: dim by dim from the last, the block joined with
+    the rows of `x` before and after it (a slice of `x` on the block's window in the dims already done)."""
+    cur = block
+    shape = x.type.shape
+    for d in range(x.type.rank - 1, -1, -1):
+        lo, hi = start[d], start[d] + block.type.shape[d]
+        if (lo, hi) == (0, shape[d]):
+            continue
+        parts = []
+        for a, b in ((0, lo), (hi, shape[d])):
+            if a < b:
+                wlo = tuple(a if k == d else start[k] if k < d else 0 for k in range(len(shape)))
+                whi = tuple(b if k == d else start[k] + block.type.shape[k] if k < d else shape[k]
+                            for k in range(len(shape)))
+                parts.append(slice_of(terms, x, wlo, whi))
+        pieces = (*parts[:1], cur, *parts[1:]) if lo > 0 else (cur, *parts)
+        out = tuple(shape[k] if k >= d else block.type.shape[k] for k in range(len(shape)))
+        cur = terms.apply("concatenate", pieces, (("dimension", d),), TensorType(out, x.type.dtype))
+    return cur
+
+
+def _constant_ints(t: Term) -> list[int] | None:
+    """The entries of a small integer constant (a literal, or one value broadcast)."""
+    if not t.type.dtype.startswith(("i", "ui")) or t.type.size > 16:
+        return None
+    v = scalar_value(t)
+    if v is not None:
+        return [int(v)] * t.type.size
+    if t.op == "constant":
+        lit = t.attr("value")
+        return [int(e) for e in lit.array.reshape(-1)]
+    return None

@@ -473,6 +473,7 @@ _CANON = {
     "reduce": ranges.fold_reduce_logic,
     "reshape": _reshape,
     "reverse": _reverse,
+    "scatter": slicing.scatter_window,
     "select": _select,
     "slice": _slice,
     "square": _square,

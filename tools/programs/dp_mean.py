@@ -115,3 +115,56 @@ def shard_map_adamw(mesh: jax.sharding.Mesh, opt_state: Any, variant: str = "cor
     in_specs, out_specs = adamw_specs(opt_state)
     return jax.shard_map(ADAMW_VARIANTS[variant], mesh=mesh, in_specs=tuple(in_specs), out_specs=out_specs,
                          check_vma=False)
+
+
+# ------------------------------------------------- a relu MLP with optax Adam, lowered as a user lowers it
+# relu's gradient is a select keeping the cotangent where the pre-activation is positive and 0 elsewhere: the
+# mean's 1/n sits inside it as a constant (1/|local batch| on each device, 1/|batch| in the reference), so a
+# pmean meets the reference only through the select. Adam's `count` is a scalar: `jax.jit(shard_map(...))`
+# lowered from unsharded inputs lays it out on JAX's `@empty_mesh`, beside the mesh of the body.
+ADAM = optax.adam(learning_rate=1e-2)
+
+
+def relu_mse_loss(params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
+    h = jax.nn.relu(x @ params["w1"] + params["b1"])
+    err = h @ params["w2"] - y
+    return jax.numpy.mean(jax.numpy.sum(err * err, axis=-1))
+
+
+def relu_adam_step(params: Params, opt_state: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, Params, Any]:
+    loss, grads = jax.value_and_grad(relu_mse_loss)(params, x, y)
+    updates, opt_state = ADAM.update(grads, opt_state, params)
+    return loss, optax.apply_updates(params, updates), opt_state
+
+
+def _relu_adam(params: Params, opt_state: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, Params, Any]:
+    loss, g = jax.value_and_grad(relu_mse_loss)(params, x, y)
+    grads = jax.lax.pmean(g, "dp")
+    updates, opt_state = ADAM.update(grads, opt_state, params)
+    return jax.lax.pmean(loss, "dp"), optax.apply_updates(params, updates), opt_state
+
+
+def _relu_adam_psum(params: Params, opt_state: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, Params, Any]:
+    loss, g = jax.value_and_grad(relu_mse_loss)(params, x, y)
+    grads = jax.lax.psum(g, "dp")  # BUG: psum of the shards' mean gradients where pmean belongs
+    updates, opt_state = ADAM.update(grads, opt_state, params)
+    return jax.lax.pmean(loss, "dp"), optax.apply_updates(params, updates), opt_state
+
+
+RELU_ADAM_VARIANTS: dict[str, Callable[..., Any]] = {"correct": _relu_adam, "psum_not_pmean": _relu_adam_psum}
+
+
+def init_relu_adam(rng: np.random.Generator) -> list[Any]:
+    """[params, Adam state after two updates (count 2), x, y]."""
+    params, x, y = train.init_regression(train.TINY, rng)
+    state = ADAM.init(params)
+    for _ in range(2):
+        _, grads = jax.value_and_grad(relu_mse_loss)(params, x, y)
+        _, state = ADAM.update(grads, state, params)
+    return [params, jax.tree.map(np.asarray, state), x, y]
+
+
+def shard_map_relu_adam(mesh: jax.sharding.Mesh, opt_state: Any, variant: str = "correct") -> Callable[..., Any]:
+    in_specs, out_specs = adamw_specs(opt_state)
+    return jax.shard_map(RELU_ADAM_VARIANTS[variant], mesh=mesh, in_specs=tuple(in_specs), out_specs=out_specs,
+                         check_vma=False)
