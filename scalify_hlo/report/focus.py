@@ -24,21 +24,26 @@ def _key(frames: Iterable[Frame]) -> Key:
     return tuple((f.file, f.line) for f in frames)
 
 
-def reference_stacks(reference: Module) -> tuple[set[Key], set[Key]]:
-    """Every innermost part (frames[:k], k >= 1) of every stack of the reference's ops, and those of them
-    the reference continues outward (a known caller: a function's own ops carry no frame of its callers,
-    so a part that ends there says nothing about who called)."""
+Stacks = tuple[set[Key], dict[Key, set[tuple[str, str | None]]]]
+
+
+def reference_stacks(reference: Module) -> Stacks:
+    """Every innermost part (frames[:k], k >= 1) of every stack of the reference's ops, and for those the
+    reference continues outward (a known caller: a function's own ops carry no frame of its callers, so a
+    part that ends there says nothing about who called), the (file, function) of each caller."""
     parts: set[Key] = set()
-    continued: set[Key] = set()
+    continued: dict[Key, set[tuple[str, str | None]]] = {}
     for func in reference.funcs.values():
         for op in walk(func.body.ops):
-            frames = _key(op.loc.frames)
-            parts.update(frames[:k] for k in range(1, len(frames) + 1))
-            continued.update(frames[:k] for k in range(1, len(frames)))
+            frames = op.loc.frames
+            keys = _key(frames)
+            parts.update(keys[:k] for k in range(1, len(keys) + 1))
+            for k in range(1, len(keys)):
+                continued.setdefault(keys[:k], set()).add((frames[k].file, frames[k].function))
     return parts, continued
 
 
-def focused(site: Site, reference: tuple[set[Key], set[Key]]) -> Site:
+def focused(site: Site, reference: Stacks) -> Site:
     """`site` named at the innermost frame of its stack where it leaves the reference's known callers."""
     parts, continued = reference
     stack = site.stack
@@ -47,9 +52,14 @@ def focused(site: Site, reference: tuple[set[Key], set[Key]]) -> Site:
         return site
     while k < len(stack) and _key(stack[:k + 1]) in parts:
         k += 1
-    if k == len(stack) or _key(stack[:k]) not in continued:
+    callers = continued.get(_key(stack[:k]))
+    if k == len(stack) or callers is None:
         return site  # the reference runs this very stack, or nothing says its caller differs
     frame = stack[k]
+    if (frame.file, frame.function) in callers:
+        # The same function calls it from another line: a script lowering both programs from two lines of
+        # one function (`lower(ref)`, then `lower(partitioned)`), not a caller passing other arguments.
+        return site
     return replace(site, source=str(frame), column=frame.column)
 
 
