@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -148,17 +149,22 @@ class Blocks:
     gathered: bool = False
 
 
+# What a halo holds outside the tensor: a value, the rows at the other end ("wrap"), or unknown (None).
+Fill: TypeAlias = float | typing.Literal["wrap"] | None
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Halo:
     """Rows of split dims around each device's block (rules/halo.py). For each `(dim, lo, hi)` of `sides`
     (a dim of `base` split over some axes, in blocks of `block` rows), device `c` holds the global rows
     `[b(c)·block − lo, b(c)·block + block + hi)` of `base.term` along `dim`; along the other dims it holds
-    what `base` says. At positions outside the tensor it holds `fill` (None: unknown values). Negative
-    extents are a slice of the block; positive ones rows received from the neighbours."""
+    what `base` says. At positions outside the tensor it holds `fill` (None: unknown values; "wrap": the
+    rows at the other end, as a cyclic shift brings them). Negative extents are a slice of the block; positive
+    ones rows received from the neighbours."""
 
     base: Holds
     sides: tuple[tuple[int, int, int], ...]  # (dim, lo, hi), by dim
-    fill: float | None
+    fill: Fill
     origin: Op | None  # the op that last placed the rows (a slice, permute or concatenate)
 
 

@@ -21,7 +21,8 @@ import itertools
 
 import numpy as np
 import numpy.typing as npt
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Halo, Holds, Varying, upstream
+from scalify_hlo.rules.collectives import rolled
+from scalify_hlo.rules.facts import Ctx, Fact, Failed, Fill, Halo, Holds, Varying, upstream
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Literal, Op, TensorType
@@ -169,13 +170,18 @@ def _settled(ctx: Ctx, h: Halo) -> Holds | None:
     if any(lo + hi for _, lo, hi in h.sides) or (h.fill is None and outside(h, ctx.mesh)):
         return None
     term = h.base.term
+    if h.fill == "wrap" and outside(h, ctx.mesh):
+        if len(h.sides) != 1:
+            return None
+        ((d, lo, _),) = h.sides
+        return Holds(rolled(ctx.terms, term, d, lo), h.base.layout, h.origin)  # row r holds row (r − lo) mod n
     for d, lo, _ in h.sides:
         n = term.type.shape[d]
         low = tuple(max(lo, 0) if k == d else 0 for k in range(term.type.rank))
         high = tuple(max(-lo, 0) if k == d else 0 for k in range(term.type.rank))
         shape = tuple(n + abs(lo) if k == d else m for k, m in enumerate(term.type.shape))
         attrs = (("edge_padding_high", high), ("edge_padding_low", low), ("interior_padding", (0,) * term.type.rank))
-        fill = ctx.terms.scalar(0.0 if h.fill is None else h.fill, term.type.dtype)
+        fill = ctx.terms.scalar(h.fill if isinstance(h.fill, float) else 0.0, term.type.dtype)
         padded = ctx.terms.apply("pad", (term, fill), attrs, TensorType(shape, term.type.dtype))
         term = slice_along(ctx.terms, padded, d, max(-lo, 0), max(-lo, 0) + n)
     return Holds(term, h.base.layout, h.origin)
@@ -200,8 +206,11 @@ def _permute(ctx: Ctx, op: Op, f: Fact) -> Fact:
     # Device i receives device (i − k)'s rows along d: the same window, k blocks earlier. A device with no
     # sender holds zeros, under a cyclic shift the other end's rows: either way at rows outside the tensor
     # (the sent rows lie inside the sender's block). Other dims are as the sender held them.
-    fill = None if cyclic or (outside(f, ctx.mesh) and f.fill != 0.0) else 0.0
-    return dataclasses.replace(f, sides=_with_extent(f, d, lo + k * block, hi - k * block), fill=fill, origin=op)
+    held_outside = outside(f, ctx.mesh)
+    fill: Fill = (("wrap" if not held_outside else None) if cyclic
+                                           else 0.0 if not held_outside or f.fill == 0.0 else None)
+    moved = dataclasses.replace(f, sides=_with_extent(f, d, lo + k * block, hi - k * block), fill=fill, origin=op)
+    return _settled(ctx, moved) or moved
 
 
 def _concatenate(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
@@ -235,7 +244,8 @@ def _concatenate(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
     fills = {h.fill for h in halos if outside(h, ctx.mesh)}
     fill = fills.pop() if len(fills) == 1 else None
     sides = _with_extent(first, dim, extent(first, dim)[0], extent(halos[-1], dim)[1])
-    return Halo(base, sides, fill, op)
+    joined = Halo(base, sides, fill, op)
+    return _settled(ctx, joined) or joined
 
 
 def _select(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:

@@ -138,3 +138,36 @@ def test_edited_dilated_window_over_halo(old: str, new: str) -> None:
     truth = numeric_check(before, after, seed=0)
     assert truth["ran"] and not truth["ok"], truth["summary"]
     assert prove(before, after).name == "discrepancy"
+
+
+# XLA's jnp.roll of a split dim (fixture oc_roll_split_dim_gspmd): each block's last 3 rows sent cyclically to
+# the next device and joined before its first row. Any source-target pairs, any sent rows: `equivalent`
+# only where running agrees (the wrapped rows are the other end's: a halo filled by "wrap").
+ROLL = FIXTURES / "oc_roll_split_dim_gspmd"
+ROLL_BEFORE = parse_mlir((ROLL / "before.mlir").read_text(), "before.mlir")
+ROLL_TEXT = (ROLL / "after.hlo").read_text()
+ROLL_PAIRS = "{{0,1},{1,2},{2,3},{3,4},{4,5},{5,6},{6,7},{7,0}}"
+
+
+def test_partitioned_roll_is_proven() -> None:
+    assert prove(ROLL_BEFORE, parse_hlo(ROLL_TEXT, "after.hlo")).name == "equivalent"
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pairs=st.lists(_PAIR, min_size=1, max_size=8, unique_by=(lambda p: p[0], lambda p: p[1])),
+       first=st.integers(0, 1))
+def test_no_false_equivalent_over_edited_rolls(pairs: list[tuple[int, int]], first: int) -> None:
+    text = _edited(((ROLL_PAIRS, "{" + ",".join(f"{{{a},{b}}}" for a, b in pairs) + "}"),
+                    ("slice={[1:4], [0:6]}", f"slice={{[{first}:{first + 3}], [0:6]}}")), ROLL_TEXT)
+    after = parse_hlo(text, "edited.hlo")
+    report = prove(ROLL_BEFORE, after)
+    if report.name == "equivalent":
+        truth = numeric_check(ROLL_BEFORE, after, seed=1)
+        assert truth["ran"] and truth["ok"], (pairs, first, truth["summary"])
+
+
+def test_roll_edits_found() -> None:
+    """A shift by two devices and a shift that does not wrap are both found, not proven."""
+    for pairs in ("{{0,2},{1,3},{2,4},{3,5},{4,6},{5,7},{6,0},{7,1}}", "{{0,1},{1,2},{2,3},{3,4},{4,5},{5,6},{6,7}}"):
+        after = parse_hlo(_edited(((ROLL_PAIRS, pairs),), ROLL_TEXT), "edited.hlo")
+        assert prove(ROLL_BEFORE, after).name == "discrepancy", pairs

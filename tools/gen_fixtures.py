@@ -1855,6 +1855,12 @@ def _oc_fp8(name: str) -> Built:
 
 fixture("oc_cummax_split_dim_gspmd", "lax.cummax over rows split over tp, columns over dp, GSPMD")(
     _oc_partitioned(OC.cummax_rows_ref, (16, 6), P("tp", "dp"), P("tp", "dp"), shardy=False))
+fixture("oc_roll_split_dim_gspmd", "jnp.roll by 3 rows of rows split over dp x tp (8 blocks of 4), GSPMD: "
+        "edge rows sent cyclically to the next device")(
+    _oc_partitioned(OC.roll_rows_ref, (32, 6), P(("dp", "tp"), None), P(("dp", "tp"), None), shardy=False))
+fixture("oc_flip_split_dim_shardy", "jnp.flip of rows split over tp, Shardy: the blocks' order reversed by a "
+        "collective-permute, each block reversed")(
+    _oc_partitioned(OC.flip_rows_ref, (16, 6), P("tp", None), P("tp", None)))
 
 
 

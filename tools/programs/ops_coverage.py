@@ -187,3 +187,16 @@ def fp8_matmuls_ref(x: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
     float32 matmul: the converts of fp8 training recipes."""
     q = jnp.dot(x.astype(jnp.float8_e4m3fn), w.astype(jnp.float8_e4m3fn), preferred_element_type=jnp.float32)
     return q, x.astype(jnp.float8_e5m2).astype(jnp.float32) @ w
+
+
+# ------------------------------------------------------------------------- roll and flip of a split dim
+
+
+def roll_rows_ref(x: jax.Array) -> jax.Array:
+    """XLA: the last 3 rows of each block sent cyclically to the next device, joined before the rest."""
+    return jnp.roll(x, 3, axis=0)
+
+
+def flip_rows_ref(x: jax.Array) -> jax.Array:
+    """XLA: the blocks' order reversed by a collective-permute, each block reversed on its device."""
+    return jnp.flip(x, axis=0) * 2.0
