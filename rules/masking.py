@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from scalify_hlo.rules import collectives as C
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
 from scalify_hlo.rules.facts import (
     Ctx,
     Fact,
+    Failed,
     Holds,
     InWindow,
     Lookup,
@@ -488,11 +490,36 @@ def _all_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] |
                           evidence=True, origin=look.origin) for _ in op.results)
 
 
+def _regrouped(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    """A mask (or an index shifted per device) all-gathered or all-to-all'd over axes along which its
+    per-device window (shift) does not change: the mask of the moved base (the out-of-shard rows of a
+    vocab-split table's gradient, the batch regrouped over the data axis, the window set by the vocab axis)."""
+    f = facts[0]
+    if len(facts) != 1 or not isinstance(f, InWindow | Shifted):
+        return None
+    axes = C.groups_axes(ctx, op)
+    if isinstance(axes, Failed):
+        return (axes,)
+    per_device = [f.window.lo, f.window.hi] if isinstance(f, InWindow) else \
+        [f.shift, *((f.window.lo, f.window.hi) if f.window is not None else ()), *(f.outside or ())]
+    if not all(_constant_along(ctx, np.asarray(v), axes) for v in per_device):
+        return None
+    return _movement(ctx, op, facts)
+
+
+def _constant_along(ctx: Ctx, values: np.ndarray, axes: tuple[str, ...]) -> bool:
+    grid = values.reshape(-1)[ctx.mesh.device_array()]
+    return all(bool(np.all(grid == np.take(grid, [0], axis=ctx.mesh.axis_index(a)))) for a in axes)
+
+
 # The movement ops a mask moves through, with the transfer rule that moves its base.
-_MOVES = {"broadcast_in_dim": L.broadcast_in_dim, "copy": S.identity, "reshape": L.reshape, "transpose": L.transpose}
+_MOVES = {"all_gather": C.all_gather, "all_to_all": C.all_to_all, "broadcast_in_dim": L.broadcast_in_dim, "copy": S.identity,
+          "reshape": L.reshape, "transpose": L.transpose}
 
 RULES: dict[str, Rule] = {
     "add": _shift,
+    "all_gather": _regrouped,
+    "all_to_all": _regrouped,
     "all_reduce": _all_reduce,
     "and": _logic,
     "broadcast_in_dim": _movement,

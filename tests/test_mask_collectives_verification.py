@@ -1,0 +1,46 @@
+"""Masks moved by collectives (rules/masking.py `_regrouped`): a mask of indices whose per-device window is
+the same along the gathered axes is the mask of the gathered indices; one whose window changes along them
+is not read that way (each device's rows would keep another device's window)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scalify_hlo.rules import masking
+from scalify_hlo.rules.facts import Ctx, Holds, InWindow, Window
+
+from scalify_hlo.ir.nodes import Attrs, ChannelHandle, Literal, Op, TensorType, Value
+from scalify_hlo.layout.mesh import Layout, Mesh
+from scalify_hlo.terms.table import Terms
+
+MESH = Mesh((("dp", 2), ("tp", 4)))
+
+
+def _ctx(terms: Terms) -> Ctx:
+    return Ctx(terms, MESH, fold=lambda t: None, lift=lambda v: v, varying=lambda o, f: None)
+
+
+def _gather_over_dp() -> Op:
+    groups = Literal(np.array([[0, 4], [1, 5], [2, 6], [3, 7]]), "i64")
+    attrs = Attrs.of({"all_gather_dim": 0, "replica_groups": groups, "channel_handle": ChannelHandle(1, 1),
+                      "use_global_device_ids": True})
+    return Op("all_gather", (Value(TensorType((4,), "i1")),), (Value(TensorType((8,), "i1")),), attrs)
+
+
+def _mask(lo: np.ndarray) -> tuple[Terms, InWindow]:
+    terms = Terms()
+    ids = terms.param(0, TensorType((8,), "i32"), "ids")
+    return terms, InWindow(Holds(ids, Layout((("dp",),))), Window(lo, lo + 8))
+
+
+def test_window_set_by_the_other_axis_moves_with_the_gather() -> None:
+    tp = np.array([0, 1, 2, 3, 0, 1, 2, 3]) * 8  # device d = dp·4 + tp: the window follows tp only
+    terms, mask = _mask(tp)
+    (out,) = masking.transfer(_ctx(terms), _gather_over_dp(), (mask,)) or (None,)
+    assert isinstance(out, InWindow) and out.base.layout == Layout(((),))
+    np.testing.assert_array_equal(out.window.lo, tp)
+
+
+def test_window_changing_along_the_gathered_axis_is_not_moved() -> None:
+    by_dp = np.array([0, 0, 0, 0, 8, 8, 8, 8])
+    terms, mask = _mask(by_dp)
+    assert masking.transfer(_ctx(terms), _gather_over_dp(), (mask,)) is None
