@@ -30,7 +30,7 @@ from scalify_hlo.rules.facts import (
 
 from scalify_hlo.ir.nodes import EMPTY_ATTRS, Op, TensorType
 from scalify_hlo.layout.mesh import Layout
-from scalify_hlo.terms.movement import reverse_blocks
+from scalify_hlo.terms.movement import reshape_groups, reverse_blocks
 
 
 def holds_operands(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> list[Holds] | Failed:
@@ -99,32 +99,6 @@ def broadcast_in_dim(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, .
     return (Holds(term, layout, x.origin),)
 
 
-def _core_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
-    """The groups of non-unit dims whose size products match, mapping shape `a` onto shape `b`."""
-    core: list[tuple[list[int], list[int]]] = []
-    ia = [i for i, n in enumerate(a) if n != 1]
-    ib = [j for j, n in enumerate(b) if n != 1]
-    p = q = 0
-    while p < len(ia) or q < len(ib):
-        if p >= len(ia) or q >= len(ib):
-            return None
-        gi, gj, pa, pb = [ia[p]], [ib[q]], a[ia[p]], b[ib[q]]
-        p, q = p + 1, q + 1
-        while pa != pb:
-            if pa < pb and p < len(ia):
-                gi.append(ia[p])
-                pa *= a[ia[p]]
-                p += 1
-            elif pb < pa and q < len(ib):
-                gj.append(ib[q])
-                pb *= b[ib[q]]
-                q += 1
-            else:
-                return None
-        core.append((gi, gj))
-    return core
-
-
 def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     """A split dim survives a reshape as the major part of the dims it is merged with or split into.
 
@@ -142,7 +116,7 @@ def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     (x,) = ops
     xlocal = tuple(x.layout.local_shape(x.term.type.shape, ctx.mesh))
     out_local = tuple(op.result.tensor.shape)
-    core = _core_groups(xlocal, out_local)
+    core = reshape_groups(xlocal, out_local)
     if core is None:
         return (ctx.unsupported(op, f"reshape {list(xlocal)} → {list(out_local)}"),)
 

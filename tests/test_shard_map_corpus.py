@@ -35,6 +35,7 @@ FEW = {
     "pat_int_axis_offset_BUG_scale": "caught",
     "pat_reverse_by_ppermute": "proven",
     "pat_mirrored_block_axis_index": "proven",
+    "pat_cond_first_device": "proven",
 }
 
 
