@@ -35,9 +35,10 @@ from scalify_hlo.rules.facts import (
 from scalify_hlo.rules.indexing import gather as gather_holds
 
 from scalify_hlo.ir.dtypes import numpy_dtype
-from scalify_hlo.ir.nodes import GatherDims, Op, TensorType, Value
+from scalify_hlo.ir.nodes import GatherDims, Op, ScatterDims, TensorType, Value
 from scalify_hlo.layout.groups import match_axis_index
 from scalify_hlo.layout.mesh import Layout, Reducer
+from scalify_hlo.ops.attrs import term_attrs
 from scalify_hlo.ops.reducers import reducer_of
 from scalify_hlo.terms import ranges
 
@@ -507,6 +508,34 @@ def _regrouped(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | 
     return _movement(ctx, op, facts)
 
 
+def _scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    """XLA's scatter into a dim split over axes `A`: each device scatters into its own block with the indices
+    shifted by minus its block's start, and drops the updates whose shifted index leaves the block (a scatter
+    skips out-of-bounds windows). With one row per update along that dim, every row lands on exactly the
+    device that holds it: the block of the global scatter, under the operand's layout."""
+    if len(facts) != 3 or len(op.results) != 1:
+        return None
+    x, idx, upd = facts
+    g = op.attrs.get("scatter_dimension_numbers")
+    if not (isinstance(x, Holds) and isinstance(idx, Shifted) and isinstance(upd, Holds) and isinstance(g, ScatterDims)):
+        return None
+    if idx.window is not None or idx.outside is not None or g.input_batching_dims or x.layout.partial \
+            or upd.layout.partial or idx.base.layout.partial or len(g.scattered_dims_to_operand_dims) != 1:
+        return None
+    (d,) = g.scattered_dims_to_operand_dims
+    axes = x.layout.dims[d]
+    block = x.layout.local_shape(x.term.type.shape, ctx.mesh)[d]
+    match = match_axis_index(-idx.shift, ctx.mesh)
+    if not axes or d not in g.inserted_window_dims or match is None or match[0] != axes or match[1] != block:
+        return None
+    if any(set(axes) & (set(a for ds in h.layout.dims for a in ds)) for h in (idx.base, upd)):
+        return None
+    if any(x.layout.dims[k] for k in range(x.layout.rank) if k != d):
+        return None  # (other split dims: left to the ordinary rule's checks)
+    term = ctx.terms.apply("scatter", (x.term, idx.base.term, upd.term), term_attrs(op), x.term.type)
+    return (Holds(term, x.layout, x.origin),)
+
+
 def _constant_along(ctx: Ctx, values: np.ndarray, axes: tuple[str, ...]) -> bool:
     grid = values.reshape(-1)[ctx.mesh.device_array()]
     return all(bool(np.all(grid == np.take(grid, [0], axis=ctx.mesh.axis_index(a)))) for a in axes)
@@ -533,6 +562,7 @@ RULES: dict[str, Rule] = {
     "or": _logic,
     "reduce": _reduce,
     "reshape": _movement,
+    "scatter": _scatter,
     "select": _select,
     "subtract": _shift,
     "transpose": _movement,

@@ -1,15 +1,22 @@
-"""Masks moved by collectives (rules/masking.py `_regrouped`): a mask of indices whose per-device window is
+"""Masks and per-device shifted indices through collectives and scatters (rules/masking.py `_regrouped`,
+`_scatter`): a mask of indices whose per-device window is
 the same along the gathered axes is the mask of the gathered indices; one whose window changes along them
 is not read that way (each device's rows would keep another device's window)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from conftest import FIXTURES
+from scalify_hlo.parsers.hlo import parse_hlo
+from scalify_hlo.parsers.stablehlo import parse_mlir
 from scalify_hlo.rules import masking
 from scalify_hlo.rules.facts import Ctx, Holds, InWindow, Window
 
 from scalify_hlo.ir.nodes import Attrs, ChannelHandle, Literal, Op, TensorType, Value
 from scalify_hlo.layout.mesh import Layout, Mesh
+from scalify_hlo.numeric.oracle import numeric_check
+from scalify_hlo.prove.engine import prove
 from scalify_hlo.terms.table import Terms
 
 MESH = Mesh((("dp", 2), ("tp", 4)))
@@ -44,3 +51,23 @@ def test_window_changing_along_the_gathered_axis_is_not_moved() -> None:
     by_dp = np.array([0, 0, 0, 0, 8, 8, 8, 8])
     terms, mask = _mask(by_dp)
     assert masking.transfer(_ctx(terms), _gather_over_dp(), (mask,)) is None
+
+
+# XLA's scatter into rows split over 8 devices (fixture oc_scatter_add_split_rows_gspmd): each device scatters
+# into its block with the indices shifted by minus the block's start. Edited offset tables: `equivalent` only
+# where running agrees.
+SCATTER = FIXTURES / "oc_scatter_add_split_rows_gspmd"
+TABLE = "constant({0, 4, 8, 12, 16, 20, 24, 28})"
+
+
+@pytest.mark.parametrize("table", [TABLE, "constant({0, 4, 8, 12, 16, 20, 28, 24})", "constant({0, 3, 6, 9, 12, 15, 18, 21})",
+                                   "constant({4, 8, 12, 16, 20, 24, 28, 32})", "constant({0, 0, 8, 8, 16, 16, 24, 24})"])
+def test_scatter_into_split_rows_edits(table: str) -> None:
+    before = parse_mlir((SCATTER / "before.mlir").read_text(), "before.mlir")
+    text = (SCATTER / "after.hlo").read_text()
+    assert TABLE in text
+    after = parse_hlo(text.replace(TABLE, table), "edited.hlo")
+    verdict = prove(before, after).name
+    truth = numeric_check(before, after, seed=0)
+    assert truth["ran"] and truth["ok"] == (table == TABLE), truth["summary"]
+    assert verdict == ("equivalent" if table == TABLE else "discrepancy")

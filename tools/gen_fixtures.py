@@ -1858,6 +1858,17 @@ fixture("oc_cummax_split_dim_gspmd", "lax.cummax over rows split over tp, column
 fixture("oc_roll_split_dim_gspmd", "jnp.roll by 3 rows of rows split over dp x tp (8 blocks of 4), GSPMD: "
         "edge rows sent cyclically to the next device")(
     _oc_partitioned(OC.roll_rows_ref, (32, 6), P(("dp", "tp"), None), P(("dp", "tp"), None), shardy=False))
+@fixture("oc_scatter_add_split_rows_gspmd", "x.at[idx].add(v) into rows split over dp x tp (8 blocks), indices "
+         "and updates replicated (some negative: counted from the end), GSPMD")
+def _oc_scatter_rows(name: str) -> Built:
+    mesh = make_mesh(OC.MESH_2D, ("dp", "tp"))
+    rng = rng_for(name)
+    x, v = rng.standard_normal((32, 6)).astype(np.float32), rng.standard_normal((10, 6)).astype(np.float32)
+    idx = rng.integers(-32, 32, size=(10,)).astype(np.int32)
+    return partitioned_pair(name, OC.scatter_add_rows_ref, mesh, [x, idx, v], ["x", "idx", "v"],
+                            [P(("dp", "tp"), None), P(None), P(None, None)], P(("dp", "tp"), None), shardy=False)
+
+
 fixture("oc_flip_split_dim_shardy", "jnp.flip of rows split over tp, Shardy: the blocks' order reversed by a "
         "collective-permute, each block reversed")(
     _oc_partitioned(OC.flip_rows_ref, (16, 6), P("tp", None), P("tp", None)))

@@ -200,3 +200,12 @@ def roll_rows_ref(x: jax.Array) -> jax.Array:
 def flip_rows_ref(x: jax.Array) -> jax.Array:
     """XLA: the blocks' order reversed by a collective-permute, each block reversed on its device."""
     return jnp.flip(x, axis=0) * 2.0
+
+
+# --------------------------------------------------------------------------- scatter into a split dim
+
+
+def scatter_add_rows_ref(x: jax.Array, idx: jax.Array, v: jax.Array) -> jax.Array:
+    """XLA: each device scatters into its own block of rows, the indices shifted by minus the block's start
+    (updates whose row is elsewhere fall out of bounds and are skipped)."""
+    return x.at[idx].add(v)
