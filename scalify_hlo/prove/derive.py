@@ -27,7 +27,7 @@ from scalify_hlo.ops.attrs import region_key, term_attrs
 from scalify_hlo.ops.reducers import top_k_of_call
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
 from scalify_hlo.prove import branches, cases, per_device
-from scalify_hlo.rules import boundary, halo, linalg, masking, sorting
+from scalify_hlo.rules import boundary, halo, linalg, masked_moves, masking, sorting
 from scalify_hlo.rules import collectives as C
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
@@ -76,7 +76,7 @@ def _steps(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None
 
 def _settle(ctx: Ctx, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     """Indices shifted per device that no masking rule reads here, as the blocks they are."""
-    return tuple(masking.settled(ctx, f) if isinstance(f, Shifted) else f for f in facts)
+    return tuple(masked_moves.settled(ctx, f) if isinstance(f, Shifted) else f for f in facts)
 
 
 class Deriver:
@@ -147,7 +147,7 @@ class Deriver:
                 self.progress(i + 1, len(region.ops))
         # A per-device scalar leaves a region only into a conditional that selects with it (`keep_blocks`);
         # elsewhere (loops, shard_map and program outputs) it is the failure found reading it as partial.
-        return tuple(f.failure if isinstance(f, PerBlock) and not keep_blocks else masking.settled(self.ctx, f)
+        return tuple(f.failure if isinstance(f, PerBlock) and not keep_blocks else masked_moves.settled(self.ctx, f)
                      for f in (self.facts[v] for v in region.results))
 
     def op(self, op: Op) -> None:

@@ -1,0 +1,139 @@
+"""Masked indices moved without being read: data movement, collectives and scatters carry a mask, a shifted
+index or a lookup along (its base moved by the op's ordinary rule), or settle it into the block it is.
+
+The per-device facts of `masking.py` (`Shifted`, `InWindow`, `Lookup`) say what each device holds in terms
+of a base tensor; an op that only moves data moves the base and keeps the per-device part, provided that
+part does not change along the devices the op mixes (a gather over the data axis of a mask whose window is
+set by the vocab axis). A shifted index no rule reads is the base plus the constant of the shifts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scalify_hlo.rules import collectives as C
+from scalify_hlo.rules import layout as L
+from scalify_hlo.rules import spmd as S
+from scalify_hlo.rules.facts import (
+    Ctx,
+    Fact,
+    Failed,
+    Holds,
+    InWindow,
+    Lookup,
+    Masked,
+    Shifted,
+    Varying,
+    join,
+    view,
+)
+
+from scalify_hlo.ir.dtypes import numpy_dtype
+from scalify_hlo.ir.nodes import Op, ScatterDims, TensorType, Value
+from scalify_hlo.layout.groups import match_axis_index
+from scalify_hlo.layout.mesh import Layout
+from scalify_hlo.ops.attrs import term_attrs
+
+
+def settled(ctx: Ctx, f: Fact) -> Fact:
+    """An index shifted per device with no window (`x + axis_index * k` read by an op no masking rule
+    models, or leaving the body) as the block it is: the base plus the constant tensor whose block on each
+    device is that device's shift. Any other fact as it is."""
+    if not isinstance(f, Shifted) or f.window is not None:
+        return f
+    base = f.base
+    local = base.layout.local_shape(base.term.type.shape, ctx.mesh)
+    dtype = base.term.type.dtype
+    values = np.broadcast_to(f.shift.reshape(-1, *(1,) * len(local)), (ctx.mesh.size, *local))
+    shift = ctx.lift(Varying(values.astype(numpy_dtype(dtype)), TensorType(local, dtype)))
+    layout = join([Layout(base.layout.dims), Layout(shift.layout.dims)]) if isinstance(shift, Holds) else None
+    if layout is None or not isinstance(shift, Holds):
+        return f
+    a = view(base.term, base.layout, layout.dims, ctx.mesh, ctx.terms)
+    b = view(shift.term, shift.layout, layout.dims, ctx.mesh, ctx.terms)
+    if a is None or b is None:
+        return f
+    return Holds(ctx.terms.apply("add", (a, b), (), a.type), Layout(layout.dims, base.layout.partial), base.origin)
+
+
+def retyped(op: Op, opcode: str, dtype: str) -> Op:
+    """`op` producing another element type (to move an integer base along with a mask or rows)."""
+    return Op(opcode, op.operands, (Value(TensorType(op.result.tensor.shape, dtype)),), op.attrs, (), op.loc)
+
+
+def move_base(ctx: Ctx, op: Op, h: Holds, opcode: str | None = None) -> Holds | None:
+    name = opcode or op.opcode
+    (out,) = _MOVES[name](ctx, retyped(op, name, h.term.type.dtype), (h,))
+    return out if isinstance(out, Holds) else None
+
+
+def movement(ctx: Ctx, op: Op, facts: tuple[Fact, ...], opcode: str | None = None) -> tuple[Fact, ...] | None:
+    f = facts[0]
+    if not isinstance(f, Shifted | InWindow | Lookup):
+        return None
+    moved: Masked | None = None
+    match f:
+        case Shifted():
+            base = move_base(ctx, op, f.base, opcode)
+            moved = None if base is None else Shifted(base, f.shift, f.window, f.outside, f.origin)
+        case InWindow():
+            base = move_base(ctx, op, f.base, opcode)
+            moved = None if base is None else InWindow(base, f.window, f.negated)
+        case Lookup():
+            base, value = move_base(ctx, op, f.base, opcode), move_base(ctx, op, f.value, opcode)
+            moved = None if base is None or value is None else Lookup(value, base, f.window, f.axes, f.origin)
+    return None if moved is None else (moved,)
+
+
+def regrouped(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    """A mask (or an index shifted per device) all-gathered or all-to-all'd over axes along which its
+    per-device window (shift) does not change: the mask of the moved base (the out-of-shard rows of a
+    vocab-split table's gradient, the batch regrouped over the data axis, the window set by the vocab axis)."""
+    f = facts[0]
+    if len(facts) != 1 or not isinstance(f, InWindow | Shifted):
+        return None
+    axes = C.groups_axes(ctx, op)
+    if isinstance(axes, Failed):
+        return (axes,)
+    per_device = [f.window.lo, f.window.hi] if isinstance(f, InWindow) else \
+        [f.shift, *((f.window.lo, f.window.hi) if f.window is not None else ()), *(f.outside or ())]
+    if not all(_constant_along(ctx, np.asarray(v), axes) for v in per_device):
+        return None
+    return movement(ctx, op, facts)
+
+
+def scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    """XLA's scatter into a dim split over axes `A`: each device scatters into its own block with the indices
+    shifted by minus its block's start, and drops the updates whose shifted index leaves the block (a scatter
+    skips out-of-bounds windows). With one row per update along that dim, every row lands on exactly the
+    device that holds it: the block of the global scatter, under the operand's layout."""
+    if len(facts) != 3 or len(op.results) != 1:
+        return None
+    x, idx, upd = facts
+    g = op.attrs.get("scatter_dimension_numbers")
+    if not (isinstance(x, Holds) and isinstance(idx, Shifted) and isinstance(upd, Holds) and isinstance(g, ScatterDims)):
+        return None
+    if idx.window is not None or idx.outside is not None or g.input_batching_dims or x.layout.partial \
+            or upd.layout.partial or idx.base.layout.partial or len(g.scattered_dims_to_operand_dims) != 1:
+        return None
+    (d,) = g.scattered_dims_to_operand_dims
+    axes = x.layout.dims[d]
+    block = x.layout.local_shape(x.term.type.shape, ctx.mesh)[d]
+    match = match_axis_index(-idx.shift, ctx.mesh)
+    if not axes or d not in g.inserted_window_dims or match is None or match[0] != axes or match[1] != block:
+        return None
+    if any(set(axes) & (set(a for ds in h.layout.dims for a in ds)) for h in (idx.base, upd)):
+        return None
+    if any(x.layout.dims[k] for k in range(x.layout.rank) if k != d):
+        return None  # (other split dims: left to the ordinary rule's checks)
+    term = ctx.terms.apply("scatter", (x.term, idx.base.term, upd.term), term_attrs(op), x.term.type)
+    return (Holds(term, x.layout, x.origin),)
+
+
+def _constant_along(ctx: Ctx, values: np.ndarray, axes: tuple[str, ...]) -> bool:
+    grid = values.reshape(-1)[ctx.mesh.device_array()]
+    return all(bool(np.all(grid == np.take(grid, [0], axis=ctx.mesh.axis_index(a)))) for a in axes)
+
+
+# The movement ops a mask moves through, with the transfer rule that moves its base.
+_MOVES = {"all_gather": C.all_gather, "all_to_all": C.all_to_all, "broadcast_in_dim": L.broadcast_in_dim, "copy": S.identity,
+          "reshape": L.reshape, "transpose": L.transpose}
