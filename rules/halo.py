@@ -207,8 +207,11 @@ def _permute(ctx: Ctx, op: Op, f: Fact) -> Fact:
     # sender holds zeros, under a cyclic shift the other end's rows: either way at rows outside the tensor
     # (the sent rows lie inside the sender's block). Other dims are as the sender held them.
     held_outside = outside(f, ctx.mesh)
-    fill: Fill = (("wrap" if not held_outside else None) if cyclic
-                                           else 0.0 if not held_outside or f.fill == 0.0 else None)
+    fill: Fill
+    if cyclic:
+        fill = None if held_outside else "wrap"
+    else:
+        fill = 0.0 if not held_outside or f.fill == 0.0 else None
     moved = dataclasses.replace(f, sides=_with_extent(f, d, lo + k * block, hi - k * block), fill=fill, origin=op)
     return _settled(ctx, moved) or moved
 

@@ -16,7 +16,7 @@ from scalify_hlo.rules.layout import holds_operands
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import GatherDims, Literal, Op, ScatterDims, TensorType
-from scalify_hlo.layout.groups import match_axis_index, match_axis_permutation
+from scalify_hlo.layout.groups import block_table, match_axis_index, match_axis_permutation
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
 from scalify_hlo.ops.reducers import COLLECTIVE_NAME
@@ -144,16 +144,8 @@ def _block_table(ctx: Ctx, offsets: np.ndarray, size: int) -> tuple[tuple[str, .
 
 def _distinct_blocks(ctx: Ctx, offsets: np.ndarray, size: int) -> bool:
     """Whether the devices along some axes read distinct, aligned blocks of `size` (the same on the others)."""
-    grid = np.asarray(offsets, dtype=np.int64).ravel()[ctx.mesh.device_array()]
-    if size < 1 or (grid % size).any() or grid.ndim == 0:
-        return False
-    moving = [i for i in range(grid.ndim) if (np.diff(grid, axis=i) != 0).any()]
-    if not moving:
-        return False
-    fibre = grid[tuple(slice(None) if i in moving else 0 for i in range(grid.ndim))]
-    rest = [i for i in range(grid.ndim) if i not in moving]
-    same_elsewhere = np.array_equal(np.broadcast_to(np.expand_dims(fibre, rest), grid.shape), grid)
-    return same_elsewhere and len(np.unique(fibre)) == fibre.size
+    table = block_table(offsets, ctx.mesh, size)
+    return table is not None and len(np.unique(table[1])) == table[1].size
 
 
 def _index_dtype(starts: list[Fact]) -> str:

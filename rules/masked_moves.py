@@ -29,7 +29,7 @@ from scalify_hlo.rules.facts import (
 
 from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.nodes import Op, ScatterDims, TensorType, Value
-from scalify_hlo.layout.groups import match_axis_index
+from scalify_hlo.layout.groups import match_axis_index, varying_axes
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
 
@@ -96,7 +96,7 @@ def regrouped(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | N
         return (axes,)
     per_device = [f.window.lo, f.window.hi] if isinstance(f, InWindow) else \
         [f.shift, *((f.window.lo, f.window.hi) if f.window is not None else ()), *(f.outside or ())]
-    if not all(_constant_along(ctx, np.asarray(v), axes) for v in per_device):
+    if any(set(axes) & set(varying_axes(v, ctx.mesh)) for v in per_device):
         return None
     return movement(ctx, op, facts)
 
@@ -121,17 +121,12 @@ def scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | Non
     match = match_axis_index(-idx.shift, ctx.mesh)
     if not axes or d not in g.inserted_window_dims or match is None or match[0] != axes or match[1] != block:
         return None
-    if any(set(axes) & (set(a for ds in h.layout.dims for a in ds)) for h in (idx.base, upd)):
+    if any(set(axes) & h.layout.split_axes() for h in (idx.base, upd)):
         return None
     if any(x.layout.dims[k] for k in range(x.layout.rank) if k != d):
         return None  # (other split dims: left to the ordinary rule's checks)
     term = ctx.terms.apply("scatter", (x.term, idx.base.term, upd.term), term_attrs(op), x.term.type)
     return (Holds(term, x.layout, x.origin),)
-
-
-def _constant_along(ctx: Ctx, values: np.ndarray, axes: tuple[str, ...]) -> bool:
-    grid = values.reshape(-1)[ctx.mesh.device_array()]
-    return all(bool(np.all(grid == np.take(grid, [0], axis=ctx.mesh.axis_index(a)))) for a in axes)
 
 
 # The movement ops a mask moves through, with the transfer rule that moves its base.

@@ -263,32 +263,37 @@ def match_axis_index(values: npt.ArrayLike, mesh: Mesh) -> tuple[tuple[str, ...]
     return tuple(mesh.names[i] for _, i, _ in reversed(terms)), terms[0][0]
 
 
+
+def varying_axes(values: npt.ArrayLike, mesh: Mesh) -> tuple[str, ...]:
+    """The mesh axes along which per-device values (leading dim: device id, any shape per device) change,
+    in mesh order."""
+    v = np.asarray(values)
+    grid = v[mesh.device_array().reshape(-1)].reshape((*mesh.shape, *v.shape[1:]))
+    return tuple(name for i, name in enumerate(mesh.names) if not np.all(grid == np.take(grid, [0], axis=i)))
+
+
+def block_table(values: npt.ArrayLike, mesh: Mesh, scale: int) -> tuple[tuple[str, ...], npt.NDArray[np.int64]] | None:
+    """(axes, blocks) when a partition-id table of offsets reads `values[device] == scale · blocks[i]`, `i` the
+    device's index (mixed radix) over `axes`, the axes along which the values change (in mesh order; any other
+    order only renames `blocks`); None when some value is not a multiple of `scale` or none changes."""
+    v = np.asarray(values, dtype=np.int64).ravel()
+    grid_ids = mesh.device_array()
+    if scale < 1 or v.size != mesh.size or (grid_ids.size and int(grid_ids.max()) >= v.size) or (v % scale).any():
+        return None
+    axes = varying_axes(v, mesh)
+    if not axes:
+        return None
+    # Constant along every other axis: the table read at coordinate 0 of those.
+    fibre = (v[grid_ids] // scale)[tuple(slice(None) if n in axes else 0 for n in mesh.names)]
+    return axes, fibre.reshape(-1).astype(np.int64)
+
+
 def match_axis_permutation(values: npt.ArrayLike, mesh: Mesh,
                            scale: int) -> tuple[tuple[str, ...], npt.NDArray[np.int64]] | None:
     """(axes, perm) when `values[device] == scale * perm[linear_index(coords(device), axes)]` with `perm` a
-    permutation of range(size of `axes`): a partition-id table naming a block per device that is not the
-    device's own (the tutorial's collective matmuls read block `(i + k) mod n`). `axes` are those along which
-    the values change, in mesh order (any other order only renames `perm`); None when the values are not
-    such a table (not multiples of `scale`, not a permutation, or changing along no axis)."""
-    v = np.asarray(values, dtype=np.int64).ravel()
-    grid_ids = mesh.device_array()
-    if scale < 1 or v.size != mesh.size or (grid_ids.size and int(grid_ids.max()) >= v.size):
+    permutation of range(size of `axes`) (`block_table`): a partition-id table naming a block per device that
+    is not the device's own (the tutorial's collective matmuls read block `(i + k) mod n`); else None."""
+    table = block_table(values, mesh, scale)
+    if table is None or not np.array_equal(np.sort(table[1]), np.arange(table[1].size)):
         return None
-    grid = v[grid_ids]
-    if (grid % scale).any():
-        return None
-    grid = grid // scale
-    moving = [i for i in range(grid.ndim) if (np.diff(grid, axis=i) != 0).any()]
-    if not moving:
-        return None
-    axes = tuple(mesh.names[i] for i in moving)
-    # Constant along every other axis: the table read at coordinate 0 of those axes.
-    index = tuple(slice(None) if i in moving else 0 for i in range(grid.ndim))
-    fibre = grid[index]
-    if not np.array_equal(np.broadcast_to(np.expand_dims(fibre, [i for i in range(grid.ndim) if i not in moving]),
-                                          grid.shape), grid):
-        return None
-    perm = fibre.reshape(-1).astype(np.int64)
-    if not np.array_equal(np.sort(perm), np.arange(perm.size)):
-        return None
-    return axes, perm
+    return table

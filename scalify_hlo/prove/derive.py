@@ -19,6 +19,7 @@ import numpy as np
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Op, Region, TensorType, Value, walk
 from scalify_hlo.layout import boundary as layout_boundary
+from scalify_hlo.layout.groups import varying_axes
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.layout.program import manual_layouts
 from scalify_hlo.numeric.kernels import kernel_of
@@ -246,14 +247,11 @@ class Deriver:
         t = f.type
         if np.all(values == values[:1]):
             return self._lifted(f, Holds(constant_term(values[0], t, self.terms), Layout.replicated(t.rank)))
-        grid = values[self.mesh.device_array().reshape(-1)].reshape((*self.mesh.shape, *t.shape))
-        varying_axes = tuple(
-            name for i, name in enumerate(self.mesh.names)
-            if not np.all(grid == np.take(grid, [0], axis=i)))
         from itertools import permutations
 
+        moving = varying_axes(values, self.mesh)
         for d in range(t.rank):
-            for order in permutations(varying_axes):
+            for order in permutations(moving):
                 layout = Layout(tuple(order if i == d else () for i in range(t.rank)))
                 try:
                     full = assemble(values, layout, self.mesh)

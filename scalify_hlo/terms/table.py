@@ -277,7 +277,7 @@ def _reverse(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
             inner_dims = tuple(sorted(d for g in chosen for d in g[0]))
             inner = terms.apply("reverse", (y,), (("dimensions", inner_dims),), y.type)
             return terms.apply("reshape", (inner,), (), type)
-    if x.op == "reverse" or dims != tuple(a.get("dimensions") or ()) or args[0] is not x:
+    if dims != tuple(a.get("dimensions") or ()) or args[0] is not x:
         return terms.apply("reverse", (x,), (("dimensions", dims),), type)
     return None
 
