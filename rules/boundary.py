@@ -16,6 +16,7 @@ global shape may differ from it (`P("y", "x")` for a value split `P("x", "y")`).
 
 from __future__ import annotations
 
+from scalify_hlo.rules import perblock
 from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, regroup, view
 
 from scalify_hlo.ir.errors import ShardingError
@@ -87,6 +88,8 @@ def shard_to_full(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
         declared = boundary.leaving(op, ctx.mesh)
     except ShardingError as err:
         return (ctx.unsupported(op, err.message),)
+    if g.layout.partial and (spread := perblock.spread(ctx, g, op.operands[0].tensor.shape, declared)) is not None:
+        g = spread
     if g.layout.partial:
         axes = ", ".join(f'"{a}"' for a, _ in g.layout.partial)
         return (ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "

@@ -32,7 +32,8 @@ class Holds:
     layout: Layout
     origin: Op | None = None  # the after-op that made the value partial: where a collective is missing
     # For a scalar partial over axes `A` made by a local reduce of a split tensor: the blockwise
-    # reduction, element b_A(c) of which device `c` holds (its block's reduction), and `A` (`PerBlock`).
+    # reduction, element b_A(c) of which device `c` holds (its block's reduction), and `A` (`PerBlock`);
+    # kept by a broadcast or reshape of that scalar, whose every element on `c` is then that value.
     blocks: tuple[Term, tuple[str, ...]] | None = None
 
 

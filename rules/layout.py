@@ -62,6 +62,10 @@ def _prelude(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> list[Holds] | tuple[F
 
 
 def broadcast_in_dim(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    return perblock.keep_blocks(facts, _broadcast_in_dim(ctx, op, facts))
+
+
+def _broadcast_in_dim(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     (f,) = facts
     if isinstance(f, Blocks):
         return (argreduce.reshape(ctx, op, f),)
@@ -100,6 +104,10 @@ def broadcast_in_dim(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, .
 
 
 def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    return perblock.keep_blocks(facts, _reshape(ctx, op, facts))
+
+
+def _reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     """A split dim survives a reshape as the major part of the dims it is merged with or split into.
 
     The local reshape does not always fix the global one: a shard [.., 2, ..] reshaped to [.., 1, 2, ..]

@@ -22,6 +22,7 @@ is missing before convert"), reported where it was found, as before.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -107,7 +108,7 @@ def combine(ctx: Ctx, op: Op, opcode: str, attrs: AttrKey, out_t: TensorType, fa
             return failure
         terms.append(t)
     gshape = terms[0].type.shape
-    spread = _spread(ctx, pred, layout, gshape)
+    spread = _spread(ctx, (pred.term, pred.axes), layout, gshape)
     if spread is None:
         return failure
     term = ctx.terms.apply("select", (spread, *terms), attrs, TensorType(gshape, out_t.dtype))
@@ -131,17 +132,43 @@ def _with_axes(layout: Layout, axes: tuple[str, ...]) -> Layout | None:
         return None
 
 
-def _spread(ctx: Ctx, pb: PerBlock, layout: Layout, gshape: tuple[int, ...]) -> Term | None:
-    """The tensor of shape `gshape` whose shard under `layout` at device `c` is filled with `c`'s value."""
-    if not set(pb.axes) <= layout.split_axes() or layout.partial:
+def _spread(ctx: Ctx, blocks: tuple[Term, tuple[str, ...]], layout: Layout, gshape: tuple[int, ...]) -> Term | None:
+    """The tensor of shape `gshape` whose shard under `layout` at device `c` is filled with `c`'s value,
+    element b_A(c) of `blocks` (a term and the axes `A`)."""
+    blocks_term, axes = blocks
+    if not set(axes) <= layout.split_axes() or layout.partial:
         return None
     if any(n % ctx.mesh.size_of(d) for n, d in zip(gshape, layout.dims, strict=True)):
         return None
     local = [n // ctx.mesh.size_of(d) for n, d in zip(gshape, layout.dims, strict=True)]
     target = [[*d, f"_l{i}"] for i, d in enumerate(layout.dims)]
-    new = [*((a, ctx.mesh.axis_size(a)) for a in sorted(layout.split_axes() - set(pb.axes))),
+    new = [*((a, ctx.mesh.axis_size(a)) for a in sorted(layout.split_axes() - set(axes))),
            *((f"_l{i}", n) for i, n in enumerate(local))]
-    return regroup(ctx.terms, pb.term, [[(a, ctx.mesh.axis_size(a)) for a in pb.axes]], target, new)
+    return regroup(ctx.terms, blocks_term, [[(a, ctx.mesh.axis_size(a)) for a in axes]], target, new)
+
+
+def keep_blocks(facts: Sequence[Fact], out: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    """A broadcast or reshape of a partial scalar that knows its blocks (`Holds.blocks`) stays partial (it
+    is linear) and keeps them: each device's result is its block's value, repeated, whatever follows (a
+    psum reads the partial sum; a shard_map output the per-device values, `spread`)."""
+    if (len(facts) == 1 and isinstance(x := facts[0], Holds) and x.blocks is not None and x.term.type.rank == 0
+            and len(out) == 1 and isinstance(y := out[0], Holds) and y.layout.partial == x.layout.partial):
+        return (dataclasses.replace(y, blocks=x.blocks),)
+    return out
+
+
+def spread(ctx: Ctx, h: Holds, local: tuple[int, ...], declared: Layout) -> Holds | None:
+    """A partial value that knows its blocks, read as the per-device values it is (a shard_map returning a
+    device's own partial result under a spec that splits over the axes it is partial over): dim 0 split
+    over the blocks' axes, every element of device `c`'s shard its block's value. None when `local` has
+    no dim to split, the value does not know its blocks, or `declared` (the out spec) does not split over
+    their axes (a psum is then missing: the failure says so)."""
+    if h.blocks is None or not local or not set(h.blocks[1]) <= declared.split_axes():
+        return None
+    layout = Layout(((*h.blocks[1],), *(() for _ in local[1:])))
+    gshape = (local[0] * ctx.mesh.size_of(h.blocks[1]), *local[1:])
+    term = _spread(ctx, h.blocks, layout, gshape)
+    return None if term is None else Holds(term, layout, h.origin)
 
 
 def broadcast(ctx: Ctx, op: Op, pb: PerBlock) -> Fact:
@@ -154,7 +181,7 @@ def broadcast(ctx: Ctx, op: Op, pb: PerBlock) -> Fact:
         return pb
     layout = Layout(((*pb.axes,), *(() for _ in out.shape[1:])))
     gshape = (out.shape[0] * ctx.mesh.size_of(pb.axes), *out.shape[1:])
-    spread = _spread(ctx, pb, layout, gshape)
+    spread = _spread(ctx, (pb.term, pb.axes), layout, gshape)
     return pb.failure if spread is None else Holds(spread, layout)
 
 

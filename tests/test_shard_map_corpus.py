@@ -36,6 +36,8 @@ FEW = {
     "pat_reverse_by_ppermute": "proven",
     "pat_mirrored_block_axis_index": "proven",
     "pat_cond_first_device": "proven",
+    "pat_fori_pmean": "proven",
+    "smt_while_rotate_carry": "proven",
 }
 
 
@@ -63,7 +65,8 @@ def test_few_programs(corpus: Any) -> None:
     assert all(r.how.startswith("case split") for r in rows if r.name in ("tut_allgather_matmul_ring",
                                                                          "pat_switch_on_axis_index"))
     assert all(r.how == "symbolic" for r in rows if r.name in ("tut_matmul_basic", "pat_next_block_axis_index",
-                                                                "pat_halo_stencil", "tut_ppermute_shift"))
+                                                                "pat_halo_stencil", "tut_ppermute_shift",
+                                                                "pat_fori_pmean", "smt_while_rotate_carry"))
     table = corpus.table(rows)
     assert table.count("\n") == len(rows) + 1 and "| tut_matmul_basic | SAME | equivalent |" in table
 

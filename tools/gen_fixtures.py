@@ -2234,6 +2234,22 @@ fixture("br_mean_blocks_xy_shard_map", "pmean over (x, y) of x split P(x, y) whe
         "block grid")(
     _sl_pair(BR.sum_blocks_xy_ref, BR.mean_blocks_xy_body, [P("x", "y")], P(), shapes=[(8, 16)]))
 
+fixture("br_pmean_fori_steps_shard_map", "three pmean steps in a fori_loop against the reference's unrolled "
+        "Python loop over the block grid (correct)")(
+    _sl_pair(BR.pmean_steps_ref, BR.pmean_steps_body, [P("x", None)], P("x", None), two_axes=False,
+             shapes=[(32, 4)]))
+fixture("br_pmean_fori_four_steps_shard_map", "four pmean steps in a fori_loop where the reference takes three")(
+    _sl_pair(BR.pmean_steps_ref, BR.pmean_steps_four_body, [P("x", None)], P("x", None), two_axes=False,
+             shapes=[(32, 4)]))
+fixture("br_block_sums_rotated_shard_map", "each device's own block sums, rotated through a scan carry and "
+        "returned under out_specs P(x): the tensors of block sums (correct)")(
+    _sl_pair(BR.block_sums_ref, BR.block_sums_rotated_body, [P("x", None), P("x", None)], (P("x"), P("x")),
+             two_axes=False, shapes=[(32, 4), (32, 4)], argnames=("x", "y")))
+fixture("br_block_maxes_rotated_shard_map", "each device's own block sum of x and block max of y, rotated "
+        "through a scan carry, where the reference sums the blocks of both")(
+    _sl_pair(BR.block_sums_ref, BR.block_maxes_rotated_body, [P("x", None), P("x", None)], (P("x"), P("x")),
+             two_axes=False, shapes=[(32, 4), (32, 4)], argnames=("x", "y")))
+
 
 # ------------------------------------------- localisation (issue 16): tools/programs/localisation.py
 def _loc_pair(ref: Callable[..., Any], body: Callable[..., Any], specs: Any,

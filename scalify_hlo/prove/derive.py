@@ -28,7 +28,7 @@ from scalify_hlo.ops.attrs import region_key, term_attrs
 from scalify_hlo.ops.reducers import top_k_of_call
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
 from scalify_hlo.prove import branches, cases, per_device
-from scalify_hlo.rules import boundary, halo, linalg, masked_moves, masking, sorting
+from scalify_hlo.rules import boundary, halo, linalg, masked_moves, masking, perblock, sorting
 from scalify_hlo.rules import collectives as C
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
@@ -45,6 +45,7 @@ from scalify_hlo.rules.facts import (
 )
 from scalify_hlo.rules.linalg import LAPACK_TARGETS
 from scalify_hlo.terms import evaluate as termeval
+from scalify_hlo.terms import ranges
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import Term
 
@@ -335,6 +336,31 @@ def while_terms(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
     return tuple(out)
 
 
+UNROLL_OPS = 20_000  # the body ops an after loop may derive when unrolled (iterations × body size)
+
+
+def unrolled(d: Deriver, op: Op, facts: Sequence[Fact], budget: int = UNROLL_OPS) -> tuple[Fact, ...] | None:
+    """A loop of the after program with no reference loop to follow (the reference unrolled it: a
+    `fori_loop` over a static range against a Python loop or a repeated expression), derived iteration by
+    iteration: exactly what inlining its bodies would give. None when a condition is not decided (not one
+    boolean constant on every device) or the iterations would derive more than `budget` body ops."""
+    cond, body = op.regions
+    size = sum(1 for _ in walk(body.ops)) + sum(1 for _ in walk(cond.ops))
+    carried = tuple(facts)
+    while True:
+        test = d.lift(d.region(cond, carried)[0])
+        decided = ranges.bool_value(test.term) if isinstance(test, Holds) and not test.layout.partial else None
+        if decided is None:
+            return None
+        if not decided:
+            return carried
+        budget -= size
+        if budget < 0:
+            return None
+        # A per-device scalar crosses an iteration as it would cross the ops of the inlined bodies.
+        carried = d.region(body, carried, keep_blocks=True)
+
+
 def loop_term(d: Deriver, inits: Sequence[Term], loop_vars: Sequence[Term], cond: Term, bodies: Sequence[Term]
               ) -> tuple[Term, ...]:
     """The results of a loop as terms: `loop(inits, vars, cond, bodies)[k]`. Starting from `inits`, while
@@ -474,6 +500,8 @@ def _leave_manual(d: Deriver, op: Op, f: Fact, declared: Layout, res: Value) -> 
     if not isinstance(f, Holds):
         return f
     ctx = d.ctx
+    if f.layout.partial and (spread := perblock.spread(ctx, f, declared.local_shape(res.tensor.shape, d.mesh), declared)) is not None:
+        f = spread
     if f.layout.partial:
         axes = ", ".join(f'"{a}"' for a, _ in f.layout.partial)
         return ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "

@@ -23,7 +23,7 @@ from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.layout.program import Program, prepare, prepare_against
 from scalify_hlo.parsers.chlo import expand_for_hlo
 from scalify_hlo.prove import carried
-from scalify_hlo.prove.derive import Deriver, loop_term, while_terms
+from scalify_hlo.prove.derive import Deriver, loop_term, unrolled, while_terms
 from scalify_hlo.prove.egraph import EGraph
 from scalify_hlo.prove.evidence import Evidence, param_name, partial_counterexample
 from scalify_hlo.prove.localize import localize_blocks, localize_failure, localize_mismatch
@@ -246,6 +246,8 @@ class _Prover:
             return tuple(bad if isinstance(bad, Failed) else ad.ctx.unsupported(op, "a loop over non-tensors")
                          for _ in op.results)
         hs = [h for h in holds if isinstance(h, Holds)]
+        if not self._partners(ad, hs) and (out := unrolled(ad, op, facts)) is not None:
+            return out
         alone = tuple(range(len(hs)))
         # A carried value that leaves an iteration more split than it entered (a scan's buffer of zeros
         # that each iteration writes a batch-split slot of) is read again as what its initial value also

@@ -118,13 +118,15 @@ class Normaliser(Joins):
             value = constant_value(t)
             if value is not None:
                 return folded(self.terms, value, type)
+        # Reshapes go outermost first, so that an op's own rule (a linear form, a product) sees its
+        # operands at the rank the reference computes them at.
+        if op in SHAPE_PRESERVING and (out := reduce_form.sink_reshape(self.terms, self.make, op, args, attrs,
+                                                                        type)) is not None:
+            return out
         rule = self.rules.get(op)
         if rule is not None and (out := rule(args, attrs, type)) is not None:
             return out
         if op in SHAPE_PRESERVING and (out := self._sink_transpose(op, args, attrs, type)) is not None:
-            return out
-        if op in SHAPE_PRESERVING and (out := reduce_form.sink_reshape(self.terms, self.make, op, args, attrs,
-                                                                        type)) is not None:
             return out
         return self.terms.apply(op, args, attrs, type)
 

@@ -54,6 +54,17 @@ class _Digits:
         self.chain.dims = [run for d, run in enumerate(self.chain.dims) if d not in dims]
 
     def build(self, terms: Terms, init: Term, attrs: AttrKey, type: TensorType) -> Term:
+        dtype = self.root.type.dtype
+        runs = self.chain.root_dims
+        if all(set(run) <= self.reduced or not set(run) & self.reduced for run in runs):
+            # Whole dims of the root reduced: the plain reduce of the root is the form (a reduce the
+            # program wrote without reshapes, which the blockwise merges read as it is, takes no other).
+            keyed = dict(attrs)
+            keyed["dimensions"] = tuple(i for i, run in enumerate(runs) if run and set(run) <= self.reduced)
+            kept = tuple(n for run, n in zip(runs, self.root.type.shape, strict=True)
+                         if not (run and set(run) <= self.reduced))
+            reduced = terms.mk("reduce", (self.root, init), tuple(sorted(keyed.items())), TensorType(kept, type.dtype))
+            return terms.apply("reshape", (reduced,), (), type)
         merged: list[list[int | bool]] = []  # [size, reduced] of neighbouring digits of one kind, root order
         for digit in (d for run in self.chain.root_dims for d in run):
             size, red = self.chain.sizes[digit], digit in self.reduced
@@ -61,7 +72,6 @@ class _Digits:
                 merged[-1][0] = int(merged[-1][0]) * size
             else:
                 merged.append([size, red])
-        dtype = self.root.type.dtype
         x = terms.apply("reshape", (self.root,), (), TensorType(tuple(int(s) for s, _ in merged), dtype))
         reduced_dims = tuple(i for i, (_, r) in enumerate(merged) if r)
         kept = tuple(int(s) for s, r in merged if not r)

@@ -65,3 +65,42 @@ def sum_blocks_xy_body(x: jax.Array) -> jax.Array:
 
 def mean_blocks_xy_body(x: jax.Array) -> jax.Array:
     return jnp.tanh(lax.pmean(x, ("x", "y")))  # BUG: pmean divides by the 8 blocks: the reference sums them
+
+
+# A fori_loop of pmean steps against the reference's unrolled Python loop: the after loop has no reference
+# loop to follow, so it is derived iteration by iteration (a static trip count).
+def pmean_steps_ref(x: jax.Array) -> jax.Array:
+    xs = x.reshape(N, -1, x.shape[1])
+    for _ in range(3):
+        xs = xs * 0.5 + xs.mean(0)
+    return xs.reshape(x.shape)
+
+
+def pmean_steps_body(x: jax.Array) -> jax.Array:
+    return lax.fori_loop(0, 3, lambda _, c: c * 0.5 + lax.pmean(c, "x"), x)
+
+
+def pmean_steps_four_body(x: jax.Array) -> jax.Array:
+    return lax.fori_loop(0, 4, lambda _, c: c * 0.5 + lax.pmean(c, "x"), x)  # BUG: one step more than the reference
+
+
+# Each device returns its own block's sum (no psum) under out_specs that split over the axis: the output
+# is the tensor of block sums, here after a scan that rotates the carried sums.
+def block_sums_ref(x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return y.reshape(N, -1).sum(1), x.reshape(N, -1).sum(1)
+
+
+def block_sums_rotated_body(x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def step(c: tuple[jax.Array, jax.Array], _: None) -> tuple[tuple[jax.Array, jax.Array], None]:
+        return (c[1], c[0]), None
+
+    (a, b), _ = lax.scan(step, (x.sum(), y.sum()), None, length=3)
+    return jnp.expand_dims(a, 0), jnp.expand_dims(b, 0)
+
+
+def block_maxes_rotated_body(x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def step(c: tuple[jax.Array, jax.Array], _: None) -> tuple[tuple[jax.Array, jax.Array], None]:
+        return (c[1], c[0]), None
+
+    (a, b), _ = lax.scan(step, (x.sum(), y.max()), None, length=3)  # BUG: a block max where the reference sums
+    return jnp.expand_dims(a, 0), jnp.expand_dims(b, 0)
