@@ -88,8 +88,7 @@ def shard_to_full(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
         declared = boundary.leaving(op, ctx.mesh)
     except ShardingError as err:
         return (ctx.unsupported(op, err.message),)
-    if g.layout.partial and (spread := perblock.spread(ctx, g, op.operands[0].tensor.shape, declared)) is not None:
-        g = spread
+    g = perblock.leaving(ctx, g, op.operands[0].tensor.shape, declared)
     if g.layout.partial:
         axes = ", ".join(f'"{a}"' for a, _ in g.layout.partial)
         return (ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "

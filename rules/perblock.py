@@ -150,25 +150,24 @@ def _spread(ctx: Ctx, blocks: tuple[Term, tuple[str, ...]], layout: Layout, gsha
 def keep_blocks(facts: Sequence[Fact], out: tuple[Fact, ...]) -> tuple[Fact, ...]:
     """A broadcast or reshape of a partial scalar that knows its blocks (`Holds.blocks`) stays partial (it
     is linear) and keeps them: each device's result is its block's value, repeated, whatever follows (a
-    psum reads the partial sum; a shard_map output the per-device values, `spread`)."""
+    psum reads the partial sum; a shard_map output the per-device values, `leaving`)."""
     if (len(facts) == 1 and isinstance(x := facts[0], Holds) and x.blocks is not None and x.term.type.rank == 0
             and len(out) == 1 and isinstance(y := out[0], Holds) and y.layout.partial == x.layout.partial):
         return (dataclasses.replace(y, blocks=x.blocks),)
     return out
 
 
-def spread(ctx: Ctx, h: Holds, local: tuple[int, ...], declared: Layout) -> Holds | None:
-    """A partial value that knows its blocks, read as the per-device values it is (a shard_map returning a
-    device's own partial result under a spec that splits over the axes it is partial over): dim 0 split
-    over the blocks' axes, every element of device `c`'s shard its block's value. None when `local` has
-    no dim to split, the value does not know its blocks, or `declared` (the out spec) does not split over
-    their axes (a psum is then missing: the failure says so)."""
-    if h.blocks is None or not local or not set(h.blocks[1]) <= declared.split_axes():
-        return None
+def leaving(ctx: Ctx, h: Holds, local: tuple[int, ...], declared: Layout) -> Holds:
+    """A shard_map result of local shape `local` under out spec `declared`. A partial value that knows its
+    blocks, where the spec splits over their axes, is the per-device values it is (each device returns its
+    own block's result): dim 0 split over the blocks' axes, every element of device `c`'s shard its block's
+    value. Anything else is `h` itself (still partial where a psum is missing: the boundary says so)."""
+    if not h.layout.partial or h.blocks is None or not local or not set(h.blocks[1]) <= declared.split_axes():
+        return h
     layout = Layout(((*h.blocks[1],), *(() for _ in local[1:])))
     gshape = (local[0] * ctx.mesh.size_of(h.blocks[1]), *local[1:])
     term = _spread(ctx, h.blocks, layout, gshape)
-    return None if term is None else Holds(term, layout, h.origin)
+    return h if term is None else Holds(term, layout, h.origin)
 
 
 def broadcast(ctx: Ctx, op: Op, pb: PerBlock) -> Fact:

@@ -500,8 +500,7 @@ def _leave_manual(d: Deriver, op: Op, f: Fact, declared: Layout, res: Value) -> 
     if not isinstance(f, Holds):
         return f
     ctx = d.ctx
-    if f.layout.partial and (spread := perblock.spread(ctx, f, declared.local_shape(res.tensor.shape, d.mesh), declared)) is not None:
-        f = spread
+    f = perblock.leaving(ctx, f, declared.local_shape(res.tensor.shape, d.mesh), declared)
     if f.layout.partial:
         axes = ", ".join(f'"{a}"' for a, _ in f.layout.partial)
         return ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "

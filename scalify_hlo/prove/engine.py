@@ -246,7 +246,8 @@ class _Prover:
             return tuple(bad if isinstance(bad, Failed) else ad.ctx.unsupported(op, "a loop over non-tensors")
                          for _ in op.results)
         hs = [h for h in holds if isinstance(h, Holds)]
-        if not self._partners(ad, hs) and (out := unrolled(ad, op, facts)) is not None:
+        partners = self._partners(ad, hs)
+        if not partners and (out := unrolled(ad, op, facts)) is not None:
             return out
         alone = tuple(range(len(hs)))
         # A carried value that leaves an iteration more split than it entered (a scan's buffer of zeros
@@ -254,7 +255,6 @@ class _Prover:
         # is, the shard of its view under that layout (`view`: exact, so the hypothesis stays true), and
         # the body derived again; layouts only grow more split, so this ends.
         for _ in range(len(hs) * len(ad.mesh.axes) + 1):
-            partners = self._partners(ad, hs)
             if not partners and not ad.loop_terms:
                 return tuple(ad.ctx.unsupported(op, "a loop whose initial values match no loop of the reference")
                              for _ in op.results)
@@ -267,6 +267,7 @@ class _Prover:
             if relaid is None:
                 break
             hs = relaid
+            partners = self._partners(ad, hs)
         else:
             return tuple(ad.ctx.unsupported(op, "a loop whose carried layouts do not settle") for _ in op.results)
         a_step = self._carried(ad, op, hs, a_out)

@@ -54,27 +54,28 @@ class _Digits:
         self.chain.dims = [run for d, run in enumerate(self.chain.dims) if d not in dims]
 
     def build(self, terms: Terms, init: Term, attrs: AttrKey, type: TensorType) -> Term:
-        dtype = self.root.type.dtype
-        runs = self.chain.root_dims
-        if all(set(run) <= self.reduced or not set(run) & self.reduced for run in runs):
+        kinds: list[bool | None] = []  # per root dim: reduced whole (True), kept whole (False), cut (None)
+        for run in self.chain.root_dims:
+            taken = [d in self.reduced for d in run]
+            kinds.append(any(taken) if all(taken) or not any(taken) else None)
+        if None not in kinds:
             # Whole dims of the root reduced: the plain reduce of the root is the form (a reduce the
             # program wrote without reshapes, which the blockwise merges read as it is, takes no other).
-            keyed = dict(attrs)
-            keyed["dimensions"] = tuple(i for i, run in enumerate(runs) if run and set(run) <= self.reduced)
-            kept = tuple(n for run, n in zip(runs, self.root.type.shape, strict=True)
-                         if not (run and set(run) <= self.reduced))
-            reduced = terms.mk("reduce", (self.root, init), tuple(sorted(keyed.items())), TensorType(kept, type.dtype))
-            return terms.apply("reshape", (reduced,), (), type)
-        merged: list[list[int | bool]] = []  # [size, reduced] of neighbouring digits of one kind, root order
-        for digit in (d for run in self.chain.root_dims for d in run):
-            size, red = self.chain.sizes[digit], digit in self.reduced
-            if merged and merged[-1][1] == red:
-                merged[-1][0] = int(merged[-1][0]) * size
-            else:
-                merged.append([size, red])
-        x = terms.apply("reshape", (self.root,), (), TensorType(tuple(int(s) for s, _ in merged), dtype))
-        reduced_dims = tuple(i for i, (_, r) in enumerate(merged) if r)
-        kept = tuple(int(s) for s, r in merged if not r)
+            x = self.root
+            reduced_dims = tuple(i for i, k in enumerate(kinds) if k is True)
+            kept = tuple(n for n, k in zip(x.type.shape, kinds, strict=True) if k is not True)
+        else:
+            merged: list[list[int | bool]] = []  # [size, reduced] of neighbouring digits of one kind, root order
+            for digit in (d for run in self.chain.root_dims for d in run):
+                size, red = self.chain.sizes[digit], digit in self.reduced
+                if merged and merged[-1][1] == red:
+                    merged[-1][0] = int(merged[-1][0]) * size
+                else:
+                    merged.append([size, red])
+            x = terms.apply("reshape", (self.root,), (), TensorType(tuple(int(s) for s, _ in merged),
+                                                                     self.root.type.dtype))
+            reduced_dims = tuple(i for i, (_, r) in enumerate(merged) if r)
+            kept = tuple(int(s) for s, r in merged if not r)
         keyed = dict(attrs)
         keyed["dimensions"] = reduced_dims
         reduced = terms.mk("reduce", (x, init), tuple(sorted(keyed.items())), TensorType(kept, type.dtype))
