@@ -10,13 +10,17 @@ each level changes nothing (a selection is idempotent). Two NaNs tie too: which 
 combines them in, which it leaves open in the reference as well (as it does for the order of a sum).
 
 Until the combine no device holds a shard of any global tensor: the steps are tracked as `Blocks` facts
-(facts.py), exact per device. Any other use of a block result is not modelled (`unknown`); a combine that
+(facts.py), exact per device. A shard_map may also return the block results as they are, given a block dim
+that its out spec splits over the blocks' axes (`x.argmax(-1, keepdims=True)` of a column block under
+`P(..., "y")`): that is the tensor of every block's result, the reduce of the operands cut into their
+blocks (`leaving`). Any other use of a block result is not modelled (`unknown`); a combine that
 does not gather every block, or combines them with another body or init, is evidence of a discrepancy
 (checked by running the programs before it is reported).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from scalify_hlo.rules.facts import Blocks, Ctx, Fact, Holds
@@ -48,7 +52,7 @@ def block_reduce(ctx: Ctx, op: Op, xs: Sequence[Holds], inits: Sequence[Holds], 
     shape = tuple(s for i, s in enumerate(args[0].type.shape) if i not in red)
     whole = tuple(ctx.terms.mk("reduce", args, (*term_attrs(op), ("index", i)), TensorType(shape, r.tensor.dtype))
                   for i, r in enumerate(op.results))
-    return tuple(Blocks(whole, i, out_layout, axes, kind, tuple(h.term for h in inits), op)
+    return tuple(Blocks(whole, i, out_layout, axes, kind, tuple(h.term for h in inits), op, d)
                  for i in range(len(op.results)))
 
 
@@ -67,7 +71,7 @@ def reshape(ctx: Ctx, op: Op, b: Blocks) -> Fact:
         return ctx.unsupported(op, f"{op.opcode} of argmax/argmin block results")
     if len(places) != 1:  # (next to another unit dim the block dim's place is ambiguous)
         return ctx.unsupported(op, "a reshape of argmax/argmin block results other than inserting one unit dim")
-    return Blocks(b.whole, b.index, b.layout, b.axes, b.kind, b.inits, b.origin, dim=places[0])
+    return dataclasses.replace(b, dim=places[0])
 
 
 def all_gather(ctx: Ctx, op: Op, b: Blocks, axes: tuple[str, ...], dim: int) -> Fact:
@@ -80,7 +84,7 @@ def all_gather(ctx: Ctx, op: Op, b: Blocks, axes: tuple[str, ...], dim: int) -> 
         return ctx.fail(op, f"an all-gather over {sorted(axes)} of argmax/argmin block results split over "
                         f"{sorted(b.axes)}: the combine sees other blocks than the whole dim's", evidence=True,
                         origin=b.origin, expected=str(sorted(b.axes)), found=str(sorted(axes)))
-    return Blocks(b.whole, b.index, b.layout, b.axes, b.kind, b.inits, b.origin, dim=b.dim, gathered=True)
+    return dataclasses.replace(b, gathered=True)
 
 
 def combine(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
@@ -112,3 +116,33 @@ def combine(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
                               "values", evidence=True, origin=first.origin, expected=first.kind, found=found)
                      for _ in op.results)
     return tuple(Holds(t, first.layout) for t in first.whole)
+
+
+def leaving(ctx: Ctx, b: Blocks, declared: Layout) -> Holds | None:
+    """Block results leaving a shard_map under out spec `declared`: when it splits their block dim over
+    the blocks' axes (in their order) and lays out the other dims as the results are, the tensor of every
+    block's result, whose block `k` along that dim is the reduce of the operands' block `k` (None
+    otherwise)."""
+    if (b.dim is None or b.gathered or declared.partial or declared.rank != b.layout.rank + 1
+            or declared.dims[b.dim] != b.axes or declared.dims[:b.dim] + declared.dims[b.dim + 1:] != b.layout.dims):
+        return None
+    whole = b.whole[b.index]
+    attrs = dict(whole.attrs)
+    red = tuple(attrs["dimensions"])
+    k = len(b.whole)
+    xs, inits = whole.args[:k], whole.args[k:]
+    shape, n = xs[0].type.shape, ctx.mesh.size_of(b.axes)
+    cut = (*shape[:b.reduced], n, shape[b.reduced] // n, *shape[b.reduced + 1:])
+    blocks = tuple(ctx.terms.apply("reshape", (x,), (), TensorType(cut, x.type.dtype)) for x in xs)
+    within = tuple(sorted(r + (r >= b.reduced) for r in red))  # the reduced dim's place: its within-block digit
+    kept = [i for i in range(len(cut)) if i not in within]
+    out = tuple(cut[i] for i in kept)
+    keys = tuple((key, within if key == "dimensions" else v) for key, v in whole.attrs)
+    term = ctx.terms.mk("reduce", (*blocks, *inits), keys, TensorType(out, whole.type.dtype))
+    at = kept.index(b.reduced)  # the block index among the result's dims
+    if at != b.dim:
+        perm = [i for i in range(len(out)) if i != at]
+        perm.insert(b.dim, at)
+        term = ctx.terms.apply("transpose", (term,), (("permutation", tuple(perm)),),
+                               TensorType(tuple(out[i] for i in perm), term.type.dtype))
+    return Holds(term, declared, b.origin)

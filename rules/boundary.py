@@ -16,8 +16,8 @@ global shape may differ from it (`P("y", "x")` for a value split `P("x", "y")`).
 
 from __future__ import annotations
 
-from scalify_hlo.rules import perblock
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, Varying, regroup, view
+from scalify_hlo.rules import argreduce, perblock
+from scalify_hlo.rules.facts import Blocks, Ctx, Fact, Failed, Holds, Varying, regroup, view
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Op
@@ -80,20 +80,39 @@ def full_to_shard(ctx: Ctx, op: Op, facts: tuple[Fact, ...], operand_sharding: s
     return (Holds(g.term, layout, g.origin),)
 
 
-def shard_to_full(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    g = _held(ctx, op, facts[0])
+def returned(ctx: Ctx, op: Op, f: Fact, local: tuple[int, ...], declared: Layout) -> Holds | Failed:
+    """A shard_map body's result of local shape `local` as it leaves under out spec `declared`: per-device
+    results (a device's own block reduction, argmax block results) read as the tensor of them where the
+    spec splits over their axes; a value still partial is a missing psum."""
+    if isinstance(f, Blocks):
+        held = argreduce.leaving(ctx, f, declared)
+        if held is None:
+            return ctx.unsupported(op, f"argmax/argmin results of each device's block returned under "
+                                   f"{ctx.describe(declared)}, which does not lay their block dim out over the "
+                                   f"blocks' axes {list(f.axes)}")
+        return held
+    g = _held(ctx, op, f)
     if isinstance(g, Failed):
-        return (g,)
+        return g
+    g = perblock.leaving(ctx, g, local, declared)
+    if g.layout.partial:
+        axes = ", ".join(f'"{a}"' for a, _ in g.layout.partial)
+        return ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "
+                        f"{{{axes}}} is missing", evidence=True, origin=g.origin,
+                        expected=ctx.describe(declared), found=ctx.describe(g.layout), partial=True)
+    return g
+
+
+def shard_to_full(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    if isinstance(facts[0], Failed):
+        return (facts[0],)
     try:
         declared = boundary.leaving(op, ctx.mesh)
     except ShardingError as err:
         return (ctx.unsupported(op, err.message),)
-    g = perblock.leaving(ctx, g, op.operands[0].tensor.shape, declared)
-    if g.layout.partial:
-        axes = ", ".join(f'"{a}"' for a, _ in g.layout.partial)
-        return (ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "
-                         f"{{{axes}}} is missing", evidence=True, origin=g.origin,
-                         expected=ctx.describe(declared), found=ctx.describe(g.layout), partial=True),)
+    g = returned(ctx, op, facts[0], op.operands[0].tensor.shape, declared)
+    if isinstance(g, Failed):
+        return (g,)
     term = leave(g.term, g.layout, declared, ctx.mesh, ctx.terms)
     if term is None:
         return (ctx.fail(op, f"shard_map declares its output as {ctx.describe(declared)} but the value is laid out "

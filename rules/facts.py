@@ -136,8 +136,9 @@ class Blocks:
     """Output `index` of an argmax/argmin reduce over a dim split over `axes` (rules/argreduce.py): on device
     `c`, the best (value, index) pair of `c`'s block. `whole` are the global reduction's outputs, which
     combining every block with the same body and `inits` gives; `layout` lays the result out without the
-    blocks. `dim`: where a reshape put a unit dim for the block (None: not yet); `gathered`: an all-gather
-    over `axes` along it collected every block on every device."""
+    blocks; `reduced` is the operands' dim the blocks cut. `dim`: where a reshape put a unit dim for the
+    block (None: not yet); `gathered`: an all-gather over `axes` along it collected every block on every
+    device."""
 
     whole: tuple[Term, ...]
     index: int
@@ -146,6 +147,7 @@ class Blocks:
     kind: str  # "argmax" | "argmin"
     inits: tuple[Term, ...]
     origin: Op
+    reduced: int
     dim: int | None = None
     gathered: bool = False
 

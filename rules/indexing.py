@@ -208,6 +208,17 @@ def gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         if w.layout.dims[d]:
             return (ctx.unsupported(op, f"gathering along operand dim {d}, which is split over "
                                     f"{list(w.layout.dims[d])} (a sharded lookup needs masking)"),)
+    # A batching dim replicated on one side and split on the other: the replicated side is its tiled copies
+    # (local rows still pair with local rows), as scatter reads its batching dims.
+    want_w, want_idx = list(w.layout.dims), list(idx.layout.dims)
+    for od, idim in zip(g.operand_batching_dims, g.start_indices_batching_dims, strict=True):
+        want_w[od] = want_w[od] or want_idx[idim]
+        want_idx[idim] = want_idx[idim] or want_w[od]
+    if tuple(want_w) != w.layout.dims and (seen := view(w.term, w.layout, tuple(want_w), ctx.mesh, ctx.terms)):
+        w = Holds(seen, Layout(tuple(want_w)))
+    if tuple(want_idx) != idx.layout.dims and (
+            seen := view(idx.term, idx.layout, tuple(want_idx), ctx.mesh, ctx.terms)):
+        idx = Holds(seen, Layout(tuple(want_idx)))
     for od, idim in zip(g.operand_batching_dims, g.start_indices_batching_dims, strict=True):
         if w.layout.dims[od] != idx.layout.dims[idim]:
             return (ctx.unsupported(op, f"batching dims split differently: operand dim {od} over "
@@ -358,18 +369,30 @@ def scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         return (ctx.unsupported(op, "a scatter into a split dim"),)
     idx_batch = [d for d in range(idx.layout.rank) if d != g.index_vector_dim]
     upd_scatter = [d for d in range(upd.layout.rank) if d not in g.update_window_dims]
+    window_src = [d for d in range(x.layout.rank) if d not in g.inserted_window_dims and d not in g.input_batching_dims]
     want = list(upd.layout.dims)
     for d_idx, d_upd in zip(idx_batch, upd_scatter, strict=True):
         want[d_upd] = idx.layout.dims[d_idx]
+    want_x = list(x.layout.dims)
+    for od, idim in zip(g.input_batching_dims, g.scatter_indices_batching_dims, strict=True):
+        want_x[od] = idx.layout.dims[idim]
+    # A window dim split on one side only: the replicated side is its tiled copies. Either way a split
+    # window must span the device's whole block (it starts at 0, the dim not being indexed): a window of
+    # part of each block is not the same part of the global tensor.
+    xlocal = x.layout.local_shape(x.term.type.shape, ctx.mesh)
+    ulocal = upd.layout.local_shape(upd.term.type.shape, ctx.mesh)
+    for d_op, d_upd in zip(window_src, g.update_window_dims, strict=True):
+        if want_x[d_op] or want[d_upd]:
+            if xlocal[d_op] != ulocal[d_upd]:
+                return (ctx.unsupported(op, f"a scatter window inside operand dim {d_op}, which is split"),)
+            want_x[d_op] = want_x[d_op] or want[d_upd]
+            want[d_upd] = want[d_upd] or want_x[d_op]
     if tuple(want) != upd.layout.dims:
         # Updates replicated where the indices are split (a constant cotangent) are their tiled copies.
         seen = view(upd.term, upd.layout, tuple(want), ctx.mesh, ctx.terms)
         if seen is None:
             return (ctx.unsupported(op, "scatter indices and updates split differently"),)
         upd = Holds(seen, Layout(tuple(want), upd.layout.partial))
-    want_x = list(x.layout.dims)
-    for od, idim in zip(g.input_batching_dims, g.scatter_indices_batching_dims, strict=True):
-        want_x[od] = idx.layout.dims[idim]
     if tuple(want_x) != x.layout.dims:
         seen = view(x.term, x.layout, tuple(want_x), ctx.mesh, ctx.terms)
         if seen is None:
@@ -379,7 +402,6 @@ def scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     batched = {a for d in g.input_batching_dims for a in x.layout.dims[d]}
     if split_batch - batched:
         return (ctx.unsupported(op, "scatter updates split over axes the operand is not"),)
-    window_src = [d for d in range(x.layout.rank) if d not in g.inserted_window_dims and d not in g.input_batching_dims]
     for d_op, d_upd in zip(window_src, g.update_window_dims, strict=True):
         if x.layout.dims[d_op] != upd.layout.dims[d_upd]:
             return (ctx.unsupported(op, "scatter windows split unlike the operand"),)

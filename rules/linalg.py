@@ -1,9 +1,9 @@
-"""Transfer rules of linear algebra (Cholesky, triangular solves) and of random bits (`rng_bit_generator`).
+"""Transfer rules of linear algebra (Cholesky, LU, triangular solves) and of random bits (`rng_bit_generator`).
 
-Cholesky factors and triangular solves act matrix by matrix over their leading batch dims, in both
-spellings (`stablehlo.cholesky`/`triangular_solve`, and on CPU the LAPACK custom calls `lapack_?potrf_ffi`
-and `lapack_?trsm_ffi`): a batch dim split over mesh axes passes through, each device solving its own
-matrices; a matrix dim split over an axis is not modelled (a distributed factorisation), so it fails naming
+Cholesky and LU factors and triangular solves act matrix by matrix over their leading batch dims, in
+both spellings (`stablehlo.cholesky`/`triangular_solve`, and on CPU the LAPACK custom calls
+`lapack_?potrf_ffi`, `lapack_?getrf_ffi` and `lapack_?trsm_ffi`): a batch dim split over mesh axes passes
+through, each device solving its own matrices; a matrix dim split over an axis is not modelled (a distributed factorisation), so it fails naming
 the dim (`unknown`). The result terms are the global op on the global operands: one term per result,
 keyed by the op's meaning (the LAPACK options, read from either spelling of the backend config), so that
 the reference's and the partitioned program's calls meet.
@@ -26,10 +26,10 @@ from scalify_hlo.rules.layout import holds_operands
 
 from scalify_hlo.ir.nodes import Op, TensorType, TupleType
 from scalify_hlo.layout.mesh import Layout
-from scalify_hlo.numeric.kernels_linalg import POTRF_TARGETS, TRSM_TARGETS
+from scalify_hlo.numeric.kernels_linalg import GETRF_TARGETS, POTRF_TARGETS, TRSM_TARGETS
 from scalify_hlo.ops.attrs import term_attrs
 
-LAPACK_TARGETS = POTRF_TARGETS | TRSM_TARGETS
+LAPACK_TARGETS = GETRF_TARGETS | POTRF_TARGETS | TRSM_TARGETS
 
 
 def _result_types(op: Op) -> tuple[TensorType, ...]:
@@ -94,7 +94,8 @@ def batched_matrix(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...
 
 
 def lapack(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-    """The LAPACK custom calls of JAX's CPU lowering (potrf: factor and info; trsm: the solution)."""
+    """The LAPACK custom calls of JAX's CPU lowering (potrf: factor and info; getrf: factors, pivots and info;
+    trsm: the solution)."""
     target = str(op.attrs.get("call_target_name", ""))
     config: Any = op.attrs.get("mhlo.backend_config", op.attrs.get("backend_config"))
     if not isinstance(config, tuple) or not all(isinstance(kv, tuple) and len(kv) == 2 for kv in config):

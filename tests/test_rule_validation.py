@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from scalify_hlo.rules import algebra
 
 from scalify_hlo.ir.dtypes import numpy_dtype
-from scalify_hlo.ir.nodes import Literal, TensorType
+from scalify_hlo.ir.nodes import ConvDims, Literal, TensorType
 from scalify_hlo.terms.evaluate import evaluate
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import Term
@@ -350,3 +350,31 @@ def test_scale_folding_leaves_non_finite_constants(op: str, c: float) -> None:
     f = np.multiply if op == "multiply" else np.divide
     with np.errstate(all="ignore"):
         np.testing.assert_array_equal(evaluate(t, {x.id: v}), f(f(v, np.float32(c)), np.float32(2.0)))
+
+
+# --------------------------------------------------------------------------------- one spelling per value
+
+
+@pytest.mark.parametrize(("lhs_dims", "rhs_dims", "out_dims"), [((0, 1), (0, 1), (0, 1)), ((1, 0), (1, 0), (1, 0)),
+                                                                ((0, 1), (1, 0), (1, 0))])
+def test_a_convolution_without_spatial_dims_is_the_matmul_it_computes(
+        lhs_dims: tuple[int, int], rhs_dims: tuple[int, int], out_dims: tuple[int, int]) -> None:
+    """`conv_general_dilated` with no spatial dims, in any dim order, canonicalised to a dot_general (and a
+    transpose): the same values as the convolution kernel gives."""
+    n, c, o = 3, 5, 4
+    dn = ConvDims(lhs_dims[0], lhs_dims[1], (), rhs_dims[0], rhs_dims[1], (), out_dims[0], out_dims[1], ())
+    attrs = (("batch_group_count", 1), ("dimension_numbers", dn), ("feature_group_count", 1), ("lhs_dilation", ()),
+             ("padding", ()), ("rhs_dilation", ()), ("window_reversal", ()), ("window_strides", ()))
+    lshape, rshape, oshape = [0, 0], [0, 0], [0, 0]
+    lshape[dn.input_batch], lshape[dn.input_feature] = n, c
+    rshape[dn.kernel_input_feature], rshape[dn.kernel_output_feature] = c, o
+    oshape[dn.output_batch], oshape[dn.output_feature] = n, o
+    terms = Terms()
+    x = terms.mk("param", (), (("index", 0),), TensorType(tuple(lshape), "f32"))
+    w = terms.mk("param", (), (("index", 1),), TensorType(tuple(rshape), "f32"))
+    out = TensorType(tuple(oshape), "f32")
+    plain, canon = terms.mk("convolution", (x, w), attrs, out), terms.apply("convolution", (x, w), attrs, out)
+    assert canon.op in ("dot_general", "transpose")
+    rng = np.random.default_rng(0)
+    env = {x.id: rng.standard_normal(lshape).astype(np.float32), w.id: rng.standard_normal(rshape).astype(np.float32)}
+    np.testing.assert_allclose(evaluate(canon, env), evaluate(plain, env), rtol=1e-5)

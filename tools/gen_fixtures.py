@@ -1787,6 +1787,12 @@ fixture("oc_argmax_split_dim_shard_map", "argmax over the dim split over x by ha
 fixture("oc_argmax_split_dim_local_ids_shard_map", "argmax over the split dim by hand with local indices "
         "(the shard offset missing)")(
     _oc_pair(OC.argmax_cols_ref, OC.argmax_split_local_ids_body, (16, 32), P(None, "x"), P()))
+fixture("oc_group_argmax_shard_map", "argmax of each device's own column block returned per device "
+        "(keepdims, out_specs split like in_specs): the argmax inside each group of columns (correct)")(
+    _oc_pair(OC.group_argmax_ref, OC.group_argmax_body, (16, 32), P(None, "x")))
+fixture("oc_group_argmax_global_shard_map", "argmax of each device's own column block with the block's "
+        "offset added: the global column where the reference wants the index inside the group")(
+    _oc_pair(OC.group_argmax_ref, OC.group_argmax_global_body, (16, 32), P(None, "x")))
 fixture("oc_argmax_split_dim_shardy", "jnp.argmax over the dim split over tp (2x4 mesh), Shardy: a local "
         "variadic reduce with global indices, all-gathers of the block results, the same reduce over them "
         "(correct)")(_oc_partitioned(OC.argmax_cols_ref, (8, 32), P("dp", "tp"), P("dp")))
@@ -2150,6 +2156,34 @@ fixture("lr_rbg_dropout_shard_map", "rbg dropout in a shard_map: the global mask
         "key, each device's rows sliced by axis_index (correct)")(_lr_dropout_pair(LR.dropout_body))
 fixture("lr_rbg_dropout_local_mask_shard_map", "rbg dropout in a shard_map drawing a local-shape mask: the same "
         "mask on every device")(_lr_dropout_pair(LR.dropout_local_mask_body))
+
+
+def _lr_lu_args(name: str) -> list[np.ndarray]:
+    a, b = _fa_normal(name, (16, 4, 4), (16, 4, 2))
+    return [a + 4 * np.eye(4, dtype=a.dtype), b]  # well conditioned
+
+
+def _lr_lu_pair(body: Callable[..., Any]) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((LR.N,), ("x",))
+        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(BATCH, BATCH), out_specs=BATCH))
+        return shard_map_pair(name, LR.lu_solve_ref, impl, mesh, _lr_lu_args(name), ["a", "b"], [BATCH, BATCH],
+                              body if "# BUG:" in inspect.getsource(body) else None)
+
+    return fn
+
+
+@fixture("lr_lu_solve_shardy", "jnp.linalg.solve of a batch of general systems (LAPACK getrf, pivots to a "
+         "permutation, two trsm), the batch split over x, Shardy, vs the module after SPMD partitioning (correct)")
+def _lr_lu_shardy(name: str) -> Built:
+    mesh = make_mesh((LR.N,), ("x",))
+    return partitioned_pair(name, LR.lu_solve_ref, mesh, _lr_lu_args(name), ["a", "b"], [BATCH, BATCH], BATCH)
+
+
+fixture("lr_lu_solve_shard_map", "jnp.linalg.solve per device in a shard_map over the batch (correct)")(
+    _lr_lu_pair(LR.lu_solve_body))
+fixture("lr_lu_solve_transposed_shard_map", "jnp.linalg.solve per device of the transposed matrices")(
+    _lr_lu_pair(LR.lu_solve_transposed_body))
 
 
 # ============================================================================================ writing

@@ -13,6 +13,12 @@ complex128 and rounded to the operand dtype:
   does both). potrf leaves the operand's own values in the other triangle and returns `info`; where it
   is not 0 LAPACK leaves a partially computed factor that this kernel does not reproduce: its triangle is
   NaN, which is what JAX's lowering selects there anyway.
+- An LU factorisation (`lapack_?getrf_ffi`) is Gaussian elimination with partial pivoting, in the
+  operand dtype as LAPACK computes it: the pivot of column j is the first row at or below j of largest
+  magnitude (|re| + |im| for complex, LAPACK's i?amax); the results are the packed factors (unit lower L
+  below the diagonal, U on and above), the 1-based row swapped with each row, and `info`, the 1-based
+  index of the first exactly zero pivot (0 if none; its column, zero below it, is left unscaled and
+  elimination goes on).
 - A triangular solve is substitution, row by row, in the order the triangle of `op(a)` demands, with
   IEEE division (a zero pivot gives infinities and NaNs, no error), reading only `a`'s triangle (and not
   its diagonal when it is a unit diagonal).
@@ -33,6 +39,7 @@ if TYPE_CHECKING:
 # LAPACK custom calls of JAX's CPU lowering (jaxlib/cpu/lapack_kernels.cc), by element type.
 POTRF_TARGETS = frozenset(f"lapack_{t}potrf_ffi" for t in "sdcz")
 TRSM_TARGETS = frozenset(f"lapack_{t}trsm_ffi" for t in "sdcz")
+GETRF_TARGETS = frozenset(f"lapack_{t}getrf_ffi" for t in "sdcz")
 
 
 def _wide(x: np.ndarray) -> np.ndarray:
@@ -151,6 +158,38 @@ def lapack_potrf(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     mask = np.tril(np.ones((n, n), dtype=bool)) if lower else np.triu(np.ones((n, n), dtype=bool))
     out = np.where(mask, factor.astype(x.dtype), x)
     return _results(op, [out, info])
+
+
+def lu_factor(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(packed LU, 1-based pivots, info) of `a` ([..., m, n]) by LAPACK getrf's algorithm, in a's dtype."""
+    lu = a.copy()
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    pivots = np.zeros((*a.shape[:-2], k), dtype=np.int32)
+    info = np.zeros(a.shape[:-2], dtype=np.int32)
+    with np.errstate(all="ignore"):
+        for j in range(k):
+            col = lu[..., j:, j]
+            size = np.abs(col.real) + np.abs(col.imag) if lu.dtype.kind == "c" else np.abs(col)
+            p = j + np.argmax(size, axis=-1)  # the first of the largest, as i?amax
+            pivots[..., j] = p + 1
+            rows = np.take_along_axis(lu, p[..., None, None], axis=-2)
+            here = lu[..., j:j + 1, :].copy()
+            np.put_along_axis(lu, p[..., None, None], here, axis=-2)
+            lu[..., j:j + 1, :] = rows
+            pivot = lu[..., j, j]
+            info = np.where((info == 0) & (pivot == 0), j + 1, info).astype(np.int32)
+            # a zero pivot leaves its column as it is (all zeros below it), as LAPACK's getf2 does
+            below = lu[..., j + 1:, j]
+            lu[..., j + 1:, j] = np.where(pivot[..., None] == 0, below, below / pivot[..., None])
+            lu[..., j + 1:, j + 1:] -= lu[..., j + 1:, j:j + 1] * lu[..., j:j + 1, j + 1:]
+    return lu, pivots, info
+
+
+def lapack_getrf(m: Machine, op: Op, args: list[Val]) -> list[Val]:
+    """(packed factors, pivots, info) of LAPACK's LU factorisation with partial pivoting."""
+    lu, pivots, info = lu_factor(as_array(args[0]))
+    return _results(op, [lu, pivots, info])
 
 
 def lapack_trsm(m: Machine, op: Op, args: list[Val]) -> list[Val]:

@@ -19,7 +19,14 @@ from scalify_hlo.ir.nodes import DotDims, Literal, Op
 from scalify_hlo.numeric.kernels_index import int_attr as _ints
 from scalify_hlo.numeric.kernels_index import pad_with
 from scalify_hlo.numeric.kernels_index import top_k as top_k_kernel
-from scalify_hlo.numeric.kernels_linalg import POTRF_TARGETS, TRSM_TARGETS, lapack_potrf, lapack_trsm
+from scalify_hlo.numeric.kernels_linalg import (
+    GETRF_TARGETS,
+    POTRF_TARGETS,
+    TRSM_TARGETS,
+    lapack_getrf,
+    lapack_potrf,
+    lapack_trsm,
+)
 from scalify_hlo.numeric.values import MAX_TRIPS, NumericUnsupported, Val, as_array, dtype_of
 from scalify_hlo.ops.reducers import top_k_of_call
 
@@ -217,6 +224,8 @@ def custom_call(m: Machine, op: Op, args: list[Val]) -> list[Val]:
         return lapack_potrf(m, op, args)
     if target in TRSM_TARGETS:
         return lapack_trsm(m, op, args)
+    if target in GETRF_TARGETS:
+        return lapack_getrf(m, op, args)
     if target == "TopK":
         # (the machine runs the module as written: the comparator is still a function of the module)
         called = called_bodies(op, m.module)

@@ -28,7 +28,7 @@ from scalify_hlo.ops.attrs import region_key, term_attrs
 from scalify_hlo.ops.reducers import top_k_of_call
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
 from scalify_hlo.prove import branches, cases, per_device
-from scalify_hlo.rules import boundary, halo, linalg, masked_moves, masking, perblock, sorting
+from scalify_hlo.rules import boundary, halo, linalg, masked_moves, masking, sorting
 from scalify_hlo.rules import collectives as C
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
@@ -497,15 +497,12 @@ def _open(results: Sequence[Fact]) -> bool:
 
 
 def _leave_manual(d: Deriver, op: Op, f: Fact, declared: Layout, res: Value) -> Fact:
-    if not isinstance(f, Holds):
+    if isinstance(f, Failed):
         return f
     ctx = d.ctx
-    f = perblock.leaving(ctx, f, declared.local_shape(res.tensor.shape, d.mesh), declared)
-    if f.layout.partial:
-        axes = ", ".join(f'"{a}"' for a, _ in f.layout.partial)
-        return ctx.fail(op, f"shard_map returns a value that is still partial over {{{axes}}}: a psum over "
-                        f"{{{axes}}} is missing", evidence=True, origin=f.origin,
-                        expected=ctx.describe(declared), found=ctx.describe(f.layout), partial=True)
+    f = boundary.returned(ctx, op, f, declared.local_shape(res.tensor.shape, d.mesh), declared)
+    if isinstance(f, Failed):
+        return f
     term = boundary.leave(f.term, f.layout, declared, d.mesh, d.terms)
     if term is None:
         return ctx.fail(op, f"shard_map declares its output as {ctx.describe(declared)} but the value is laid out "

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from scalify_hlo.ir.dtypes import LOW_FLOATS, numpy_dtype
-from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
+from scalify_hlo.ir.nodes import ConvDims, DotDims, Literal, TensorType
 from scalify_hlo.ops.elementwise import COMMUTATIVE, SHAPE_PRESERVING
 from scalify_hlo.terms import ranges, slicing, topk
 from scalify_hlo.terms.movement import normalize, reshape_groups, reshape_outward
@@ -226,6 +226,23 @@ def _dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorTy
     lhs = args[0]
     dims = DotDims((), (), (lhs.type.rank - 1,), (0,))
     return terms.mk("dot_general", args, (("dot_dimension_numbers", dims),), type)
+
+
+def _convolution(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    """A convolution with no spatial dims and no groups is a matrix product (`conv_general_dilated` with
+    dimension numbers ("NC", "IO", "NC")): one spelling for both."""
+    dn = a.get("dimension_numbers")
+    if (not isinstance(dn, ConvDims) or dn.input_spatial or a.get("feature_group_count", 1) != 1
+            or a.get("batch_group_count", 1) != 1):
+        return None
+    lhs, rhs = args
+    n, o = lhs.type.shape[dn.input_batch], rhs.type.shape[dn.kernel_output_feature]
+    dot = terms.apply("dot_general", args, (
+        ("dot_dimension_numbers", DotDims((), (), (dn.input_feature,), (dn.kernel_input_feature,))),),
+        TensorType((n, o), type.dtype))
+    if dn.output_batch == 0:
+        return dot
+    return terms.apply("transpose", (dot,), (("permutation", (1, 0)),), type)
 
 
 def _constant(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -460,6 +477,7 @@ _CANON = {
     "concatenate": _concatenate,
     "constant": _constant,
     "convert": _convert,
+    "convolution": _convolution,
     "copy": _identity,
     "divide": _divide,
     "dot": _dot,

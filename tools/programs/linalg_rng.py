@@ -73,3 +73,21 @@ def dropout_body(k: jax.Array, x: jax.Array) -> jax.Array:
 def dropout_local_mask_body(k: jax.Array, x: jax.Array) -> jax.Array:
     keep = jax.random.bernoulli(_key(k), KEEP, x.shape)  # BUG: the same local mask on every device
     return jnp.where(keep, x / KEEP, 0.0)
+
+
+# ------------------------------------------------------------------------------------------- LU solves
+# `jnp.linalg.solve` of a batch of general systems: on CPU an LU factorisation with partial pivoting
+# (`lapack_sgetrf_ffi`), the pivots turned into a permutation, then two triangular solves.
+
+
+def lu_solve_ref(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a: [batch, n, n] (diagonally dominant), b: [batch, n, m] -> a^{-1} b."""
+    return jnp.linalg.solve(a, b)
+
+
+def lu_solve_body(a: jax.Array, b: jax.Array) -> jax.Array:
+    return jnp.linalg.solve(a, b)
+
+
+def lu_solve_transposed_body(a: jax.Array, b: jax.Array) -> jax.Array:
+    return jnp.linalg.solve(jnp.swapaxes(a, -1, -2), b)  # BUG: solves a^T x = b

@@ -209,3 +209,21 @@ def scatter_add_rows_ref(x: jax.Array, idx: jax.Array, v: jax.Array) -> jax.Arra
     """XLA: each device scatters into its own block of rows, the indices shifted by minus the block's start
     (updates whose row is elsewhere fall out of bounds and are skipped)."""
     return x.at[idx].add(v)
+
+
+# ------------------------------------------------------------------ argmax of each device's own block
+
+
+def group_argmax_ref(x: jax.Array) -> jax.Array:
+    """Top-1 inside each group of 4 columns (a router per expert group): the index inside the group."""
+    return x.reshape(x.shape[0], -1, 4).argmax(-1).astype(jnp.int32)
+
+
+def group_argmax_body(x: jax.Array) -> jax.Array:
+    """Columns split over "x", one group per device: its argmax is its group's, returned per device."""
+    return x.argmax(axis=-1, keepdims=True).astype(jnp.int32)
+
+
+def group_argmax_global_body(x: jax.Array) -> jax.Array:
+    i = x.argmax(axis=-1, keepdims=True).astype(jnp.int32)
+    return i + lax.axis_index("x") * x.shape[1]  # BUG: the global column, not the index inside the group
