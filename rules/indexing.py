@@ -384,7 +384,11 @@ def scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     for d_op, d_upd in zip(window_src, g.update_window_dims, strict=True):
         if want_x[d_op] or want[d_upd]:
             if xlocal[d_op] != ulocal[d_upd]:
-                return (ctx.unsupported(op, f"a scatter window inside operand dim {d_op}, which is split"),)
+                # Evidence, for the counterexample search to back or refute: the reference may write the
+                # same part of each block (a reshaped tensor), not of the whole.
+                return (ctx.fail(op, f"a scatter writing {ulocal[d_upd]} of the {xlocal[d_op]} rows of each device's "
+                                 f"block along operand dim {d_op}, which is split: the same rows of every block, "
+                                 "not those of the whole tensor", evidence=True),)
             want_x[d_op] = want_x[d_op] or want[d_upd]
             want[d_upd] = want[d_upd] or want_x[d_op]
     if tuple(want) != upd.layout.dims:

@@ -1333,6 +1333,18 @@ fixture("window_lookup_vocab_shard_map", "vocab-parallel lookup of two-row windo
         "(once a false equivalent under --assume)")(_window_lookup)
 
 
+def _set_column_args(name: str) -> list[np.ndarray]:
+    rng = rng_for(name)
+    return [rng.standard_normal(s).astype(np.float32) for s in ((32, 8), (16,))]
+
+
+fixture("scatter_window_per_block_shard_map", "a scatter whose update window runs down the split dim, in a "
+        "shard_map: each device writes the first rows of its own block, not the first rows of the tensor (once a "
+        "false equivalent: a split window was taken for the global one)")(
+    _sound_pair(soundness.set_column_ref, soundness.set_column_body, _set_column_args("scatter_window_per_block"),
+                ["x", "v"], [P("x", None), P("x")], P("x", None)))
+
+
 # ---------------------------------------------------------- control flow: lax.switch / lax.cond in shard_map
 # Programs: tools/programs/control_flow.py. The `_gspmd` pairs lower the same shard_map with Shardy off:
 # SPMDFullToShardShape / SPMDShardToFullShape custom calls around a plain call instead of a region.

@@ -91,3 +91,23 @@ def int_pmax_ref(x: jax.Array) -> jax.Array:
 def int_pmax_body(x: jax.Array) -> jax.Array:
     """pmax of a value split over the axis folds the shards (its identity is the type's least value)."""
     return lax.pmax(x, "x")
+
+
+# ------------------------------------------------------ a scatter window over part of each split block
+
+
+def _set_column(x: jax.Array, v: jax.Array) -> jax.Array:
+    """Column 3 of the first `len(v)` rows of `x` set to `v` (one scatter whose window runs down dim 0)."""
+    dims = lax.ScatterDimensionNumbers(update_window_dims=(0,), inserted_window_dims=(1,),
+                                       scatter_dims_to_operand_dims=(1,))
+    return lax.scatter(x, jnp.array([3], jnp.int32), v, dims)
+
+
+def set_column_ref(x: jax.Array, v: jax.Array) -> jax.Array:
+    """x: [32, 8], v: [16]: the first 16 rows."""
+    return _set_column(x, v)
+
+
+def set_column_body(x: jax.Array, v: jax.Array) -> jax.Array:
+    """Rows of x split over "x" (4 per device), v too (2 per device)."""
+    return _set_column(x, v)  # BUG: the first 2 rows of every block, not the first 16 of the tensor
