@@ -23,6 +23,7 @@ from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Op
 from scalify_hlo.layout import boundary
 from scalify_hlo.layout.mesh import Layout, Mesh
+from scalify_hlo.terms.slicing import ring_gaps
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import Term
 
@@ -60,7 +61,28 @@ def leave(term: Term, have: Layout, want: Layout, mesh: Mesh, terms: Terms) -> T
     """The global result of a shard_map output held as `term` under `have` and declared `want`: `view`
     where it applies (the terms the rest of the prover builds), else `assemble`."""
     seen = view(term, have, want.dims, mesh, terms)
-    return seen if seen is not None else assemble(term, have, want, mesh, terms)
+    if seen is not None:
+        return seen
+    term, have = _untiled(term, have, want, mesh, terms)
+    return assemble(term, have, want, mesh, terms)
+
+
+def _untiled(term: Term, have: Layout, want: Layout, mesh: Mesh, terms: Terms) -> tuple[Term, Layout]:
+    """`term` under `have` without the major axes of a dim that `want` does not name and along which its
+    blocks are copies (`term` a tiling, as a ring all-reduce leaves every device the same sum): a value
+    replicated over them."""
+    if have.partial:
+        return term, have
+    named = want.split_axes()
+    dims = list(have.dims)
+    for d, axes in enumerate(have.dims):
+        extra = tuple(a for a in axes if a not in named)
+        if not extra or axes[:len(extra)] != extra:
+            continue
+        one = terms.untile(term, d, mesh.size_of(extra))
+        if one is not None:
+            term, dims[d] = one, axes[len(extra):]
+    return term, Layout(tuple(dims))
 
 
 def full_to_shard(ctx: Ctx, op: Op, facts: tuple[Fact, ...], operand_sharding: str | None) -> tuple[Fact, ...]:
@@ -113,12 +135,26 @@ def shard_to_full(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
     g = returned(ctx, op, facts[0], op.operands[0].tensor.shape, declared)
     if isinstance(g, Failed):
         return (g,)
+    return (left(ctx, op, g, declared, op.results[0].tensor.shape),)
+
+
+def left(ctx: Ctx, op: Op, g: Holds, declared: Layout, shape: tuple[int, ...], producer: Op | None = None
+         ) -> Holds | Failed:
+    """The global value of a shard_map result `g` declared `declared` (of global `shape`), or why it is not
+    one: a value that differs along an axis the spec does not name (evidence, found where the value was
+    made: its origin, else `producer`, the body's op that returns it)."""
     term = leave(g.term, g.layout, declared, ctx.mesh, ctx.terms)
     if term is None:
-        return (ctx.fail(op, f"shard_map declares its output as {ctx.describe(declared)} but the value is laid out "
-                         f"as {ctx.describe(g.layout)}", evidence=True, origin=g.origin,
-                         expected=ctx.describe(declared), found=ctx.describe(g.layout)),)
-    if term.type.shape != op.results[0].tensor.shape:
-        return (ctx.unsupported(op, f"a result of global shape {list(term.type.shape)}, declared "
-                                f"{list(op.results[0].tensor.shape)}"),)
-    return (Holds(term, Layout.replicated(term.type.rank)),)
+        why, origin = "", g.origin or producer
+        if (gaps := ring_gaps(g.term)) is not None:
+            d, block, n, missing = gaps
+            what = (f"misses the shift by {', '.join(map(str, missing))} rows" if missing
+                    else "counts some shift twice")
+            why = (f": it sums a tensor and its cyclic shifts by multiples of {block} rows along dim {d}, which "
+                   f"{what} (a ring all-reduce needs each of the {n} shifts once)")
+        return ctx.fail(op, f"shard_map declares its output as {ctx.describe(declared)} but the value is laid out "
+                        f"as {ctx.describe(g.layout)}{why}", evidence=True, origin=origin,
+                        expected=ctx.describe(declared), found=ctx.describe(g.layout))
+    if term.type.shape != shape:
+        return ctx.unsupported(op, f"a result of global shape {list(term.type.shape)}, declared {list(shape)}")
+    return Holds(term, Layout.replicated(declared.rank))

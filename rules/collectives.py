@@ -112,16 +112,17 @@ def all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: Re
 def _fold_shards(ctx: Ctx, term: Term, layout: Layout, a: str, reducer: Reducer) -> tuple[Term, Layout] | None:
     """All-reducing a value split over `a` combines *different* shards: the result is the reduction of
     the tensor's blocks along that dim (exact; usually not what the program meant, which the term
-    comparison then shows)."""
+    comparison then shows). With the dim split over axes around `a` too, the blocks are those of the
+    digit of `a`: the result stays split over the others, in their order."""
     d = next(i for i, dd in enumerate(layout.dims) if a in dd)
     axes = layout.dims[d]
     k = axes.index(a)
-    major, minor = ctx.mesh.size_of(axes[:k]), ctx.mesh.size_of(axes[k + 1:])
-    if minor != 1 or reducer not in (Reducer.SUM, Reducer.MAX, Reducer.MIN):
-        return None  # minor axes would interleave with the folded blocks
+    major = ctx.mesh.size_of(axes[:k])
+    if reducer not in (Reducer.SUM, Reducer.MAX, Reducer.MIN):
+        return None
     n = ctx.mesh.axis_size(a)
     shape = term.type.shape
-    rest = shape[d] // (major * n)
+    rest = shape[d] // (major * n)  # the minor axes' blocks and each device's rows
     split = (*shape[:d], major, n, rest, *shape[d + 1:])
     dtype = term.type.dtype
     t = ctx.terms.apply("reshape", (term,), (), TensorType(split, dtype))
@@ -131,7 +132,7 @@ def _fold_shards(ctx: Ctx, term: Term, layout: Layout, a: str, reducer: Reducer)
     t = ctx.terms.apply("reduce", (t, init), (("dimensions", red), ("reducer", reducer.value)), reduced)
     t = ctx.terms.apply("reshape", (t,), (), TensorType((*shape[:d], major * rest, *shape[d + 1:]), dtype))
     dims = list(layout.dims)
-    dims[d] = axes[:k]
+    dims[d] = axes[:k] + axes[k + 1:]
     return t, Layout(tuple(dims), layout.partial)
 
 

@@ -378,3 +378,60 @@ def test_a_convolution_without_spatial_dims_is_the_matmul_it_computes(
     rng = np.random.default_rng(0)
     env = {x.id: rng.standard_normal(lshape).astype(np.float32), w.id: rng.standard_normal(rshape).astype(np.float32)}
     np.testing.assert_allclose(evaluate(canon, env), evaluate(plain, env), rtol=1e-5)
+
+
+def _roll_plain(terms: Terms, x: Term, s: int) -> Term:
+    """`x` shifted cyclically by `s` rows along dim 0, built without canonicalisation."""
+    n = x.type.shape[0]
+    if s % n == 0:
+        return x
+    s %= n
+    rest = x.type.shape[1:]
+    z = (0,) * len(rest)
+
+    def cut(a: int, b: int) -> Term:
+        attrs = (("limit_indices", (b, *rest)), ("start_indices", (a, *z)), ("strides", (1, *(1 for _ in rest))))
+        return terms.mk("slice", (x,), attrs, TensorType((b - a, *rest), x.type.dtype))
+
+    return terms.mk("concatenate", (cut(n - s, n), cut(0, n - s)), (("dimension", 0),), x.type)
+
+
+def _rebuilt(terms: Terms, t: Term) -> Term:
+    """`t` built again bottom-up through `Terms.apply` (every canonical form applied)."""
+    if t.op in ("param", "constant"):
+        return t
+    return terms.apply(t.op, tuple(_rebuilt(terms, a) for a in t.args), t.attrs, t.type)
+
+
+@pytest.mark.parametrize("shifts", [[2, 4], [2, 2], [3, 5], [2, 4, 6, 8, 10, 12, 14], [14, 2, 4, 12, 6, 10, 8],
+                                    [4, 8, 12], [4, 8], [2, 4, 6, 8, 10, 12, 14, 2]])
+@pytest.mark.parametrize("dtype", ["f32", "i32"])
+def test_rolls_and_their_sums_keep_values(shifts: list[int], dtype: str) -> None:
+    """Shifts of shifts (a slice of a concatenate) and the sum of every shift by multiples of a block (a
+    ring all-reduce, `slicing.sum_of_rolls`): the canonical terms evaluate as the plain ones."""
+    terms = Terms()
+    x = terms.mk("param", (), (("index", 0),), TensorType((16, 3), dtype))
+    acc = passing = x
+    for s in shifts:
+        passing = _roll_plain(terms, x, s)
+        acc = terms.mk("add", (acc, passing), (), x.type)
+    nested = x
+    for s in shifts:  # a roll of a roll of ..
+        nested = _roll_plain(terms, nested, s)
+    rng = np.random.default_rng(1)
+    value = rng.integers(-50, 50, (16, 3)) if dtype == "i32" else rng.standard_normal((16, 3))
+    env = {x.id: value.astype(_np(dtype))}
+    for plain in (acc, nested):
+        canon = _rebuilt(terms, plain)
+        np.testing.assert_allclose(evaluate(canon, env), evaluate(plain, env), rtol=1e-5, atol=1e-5)
+    orbit = sorted(shifts) in ([2, 4, 6, 8, 10, 12, 14], [4, 8, 12])
+    assert (_rebuilt(terms, acc).op != "add") == orbit  # a whole orbit is the tiling of the block sum
+    assert _rebuilt(terms, nested).op in ("concatenate", "param")  # one shift, two slices
+
+
+def test_untile_inverts_tile() -> None:
+    terms = Terms()
+    for shape, dim in (((4, 3), 0), ((4, 3), 1), ((2,), 0)):
+        s = terms.mk("param", (), (("index", 0),), TensorType(shape, "f32"))
+        assert terms.untile(terms.tile(s, dim, 4), dim, 4) is s
+        assert terms.untile(s, dim, 2) is None  # a parameter is no tiling

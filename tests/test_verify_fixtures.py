@@ -28,7 +28,6 @@ LIMITS: dict[str, str] = {
                                               "halo rows go through (line 128), not at the call passing the wrong "
                                               "shift (142)",
     # correct programs that once got a false `discrepancy` (tools/programs/false_alarms.py)
-    "fa_ring_allreduce_ppermute_shard_map": "a ring all-reduce from n-1 ppermute + add steps is not seen as a psum",
     "fa_offset_table_clamped_mutated": "a dynamic-slice offset table entry past the end, clamped back by XLA",
     "fa_logsumexp_min_shift_shard_map": "logsumexp shifted by pmin (min, not max): the shift is not proven irrelevant",
     # corpus (issue 13): optax_adamw_masked_shardy/after.hlo with a gradient all-reduce moved to the tp groups

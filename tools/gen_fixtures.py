@@ -1431,14 +1431,15 @@ def _fa_pair(ref: Callable[..., Any], body: Callable[..., Any], shapes: Sequence
              argnames: Sequence[str], specs: Sequence[Any], out_spec: Any, *,
              mesh_shape: tuple[int, ...] = (false_alarms.N,), axes: tuple[str, ...] = ("x",),
              check_vma: bool = True) -> Callable[[str], Built]:
-    """A correct shard_map pair on float32 normal inputs of `shapes`. ``check_vma=False`` where JAX cannot
-    see that an ``out_specs=P()`` value is the same on every device (an all_gather's result, a ring of
-    ppermutes)."""
+    """A shard_map pair on float32 normal inputs of `shapes` (a bug pair when `body` has a `# BUG:` line).
+    ``check_vma=False`` where JAX cannot see that an ``out_specs=P()`` value is the same on every device (an
+    all_gather's result, a ring of ppermutes)."""
     def fn(name: str) -> Built:
         mesh = make_mesh(mesh_shape, axes)
         impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_spec,
                                      check_vma=check_vma))
-        return shard_map_pair(name, ref, impl, mesh, _fa_normal(name, *shapes), argnames, specs, None)
+        return shard_map_pair(name, ref, impl, mesh, _fa_normal(name, *shapes), argnames, specs,
+                              body if "# BUG:" in inspect.getsource(body) else None)
 
     return fn
 
@@ -1478,6 +1479,10 @@ fixture("fa_transpose_unit_dims_shard_map", "swapaxes(x, 0, 1) of x [n, 1, d] sp
 fixture("fa_ring_allreduce_ppermute_shard_map", "all-reduce by hand: n-1 steps of ppermute i -> i+1 and add, "
         "out_specs P(), against the sum of the row blocks (correct)")(
     _fa_pair(FA.block_sum_ref, FA.ring_allreduce_body, [(64, 4)], ["x"], [P("x", None)], P(),
+             check_vma=False))
+fixture("fa_ring_allreduce_short_shard_map", "all-reduce by hand one step short: n-2 steps of ppermute and add, "
+        "out_specs P(): one block never reaches each device")(
+    _fa_pair(FA.block_sum_ref, FA.ring_allreduce_short_body, [(64, 4)], ["x"], [P("x", None)], P(),
              check_vma=False))
 fixture("fa_sum_all_gather_shard_map", "sum(all_gather(x), 0) (a psum spelled as gather + reduce), "
         "out_specs P(), against the sum of the row blocks (correct)")(
@@ -1586,6 +1591,12 @@ def _sl_pair(ref: Callable[..., Any], body: Callable[..., Any], specs: Sequence[
 
 
 SL = symbolic_layouts
+fixture("sl_psum_major_axis_shard_map", "psum over x of rows split over (x, y), out_specs P(y): the blocks "
+        "of the major axis summed, the minor axis's kept (correct)")(
+    _sl_pair(SL.fold_major_ref, SL.fold_major_body, [P(("x", "y"), None)], P("y", None)))
+fixture("sl_psum_minor_axis_shard_map", "psum over y (the minor axis of the rows' split) where the reference "
+        "sums the blocks of x")(
+    _sl_pair(SL.fold_major_ref, SL.fold_minor_body, [P(("x", "y"), None)], P("y", None)))
 fixture("sl_gather_xy_untiled_shard_map", "all_gather(tiled=False) over (x, y) of rows split over (x, y), "
         "reshaped back to the whole (correct)")(
     _sl_pair(SL.tanh2_ref, SL.gather_xy_untiled_body, [P(("x", "y"), None)], P()))

@@ -466,9 +466,10 @@ def _manual(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         trial = d.region(op.regions[0], args)
         if not _open(trial):
             results = trial
+    made = {v: inner for inner in op.regions[0].ops for v in inner.results}  # the body's op of each value
     out: list[Fact] = []
-    for f, layout, res in zip(results, outs, op.results, strict=True):
-        out.append(_leave_manual(d, op, d.lift(f), layout, res))
+    for f, layout, res, ret in zip(results, outs, op.results, op.regions[0].results, strict=True):
+        out.append(_leave_manual(d, op, d.lift(f), layout, res, made.get(ret)))
     return tuple(out)
 
 
@@ -496,19 +497,10 @@ def _open(results: Sequence[Fact]) -> bool:
     return any(isinstance(f, Failed) and not f.evidence for f in results)
 
 
-def _leave_manual(d: Deriver, op: Op, f: Fact, declared: Layout, res: Value) -> Fact:
+def _leave_manual(d: Deriver, op: Op, f: Fact, declared: Layout, res: Value, producer: Op | None) -> Fact:
     if isinstance(f, Failed):
         return f
-    ctx = d.ctx
-    f = boundary.returned(ctx, op, f, declared.local_shape(res.tensor.shape, d.mesh), declared)
+    f = boundary.returned(d.ctx, op, f, declared.local_shape(res.tensor.shape, d.mesh), declared)
     if isinstance(f, Failed):
         return f
-    term = boundary.leave(f.term, f.layout, declared, d.mesh, d.terms)
-    if term is None:
-        return ctx.fail(op, f"shard_map declares its output as {ctx.describe(declared)} but the value is laid out "
-                        f"as {ctx.describe(f.layout)}", evidence=True, origin=f.origin,
-                        expected=ctx.describe(declared), found=ctx.describe(f.layout))
-    if term.type.shape != res.tensor.shape:
-        return ctx.unsupported(op, f"a result of global shape {list(term.type.shape)}, declared "
-                               f"{list(res.tensor.shape)}")
-    return Holds(term, Layout.replicated(declared.rank))
+    return boundary.left(d.ctx, op, f, declared, res.tensor.shape, producer)

@@ -5,14 +5,21 @@ when `f` treats the sliced dim as a batch dim. Moving every slice outward, throu
 through dot_general along a free dim, turns each `f(x[m])` into `f(x)[m]`; consecutive slices of one
 tensor, concatenated, are that tensor. All of it is exact. (Reshapes and broadcasts already go outward:
 `terms._sink_movement`.)
+
+A slice of a concatenate is the concatenate of the parts' pieces it covers, so a cyclic shift of a cyclic
+shift (`concatenate(x[L-s:], x[:L-s])`, a ring's ppermute) is one shift. A sum over every shift of `x` by
+multiples of a block (a ring all-reduce: each device adds the blocks passed round) is then, on every
+block, the sum of `x`'s blocks: the tiling of that sum (`sum_of_rolls`; exact on integers, a reassociation
+over the reals).
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from scalify_hlo.ir.nodes import DotDims, TensorType
-from scalify_hlo.ops.reducers import OP_OF_REDUCER
+from scalify_hlo.ops.reducers import OP_OF_REDUCER, Reducer
 from scalify_hlo.terms.term import peel, scalar_value
 
 _COMBINE = {r.value: op for r, op in OP_OF_REDUCER.items()}  # a scatter's "computation" -> its elementwise op
@@ -158,6 +165,124 @@ def _consecutive(terms: Terms, s: Term, t: Term, d: int) -> Term | None:
     if tlo[d] != shi[d] or any(slo[i] != tlo[i] or shi[i] != thi[i] for i in range(len(slo)) if i != d):
         return None
     return slice_of(terms, s.args[0], slo, tuple(thi[d] if i == d else h for i, h in enumerate(shi)))
+
+
+def slice_of_concatenate(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]) -> Term:
+    """`concatenate(p_1, .., p_k)[lo:hi]` as the concatenate of the parts' pieces the window covers: a cyclic
+    shift of a shift (a ring's ppermutes, a roll of a roll) is then one shift, its slices joined."""
+    d = int(x.attr("dimension"))
+    pieces: list[Term] = []
+    at = 0
+    for p in x.args:
+        n = p.type.shape[d]
+        a, b = max(lo[d], at) - at, min(hi[d], at + n) - at
+        if a < b:
+            plo = tuple(a if i == d else v for i, v in enumerate(lo))
+            phi = tuple(b if i == d else v for i, v in enumerate(hi))
+            pieces.append(slice_of(terms, p, plo, phi))
+        at += n
+    shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
+    return terms.apply("concatenate", tuple(pieces), (("dimension", d),), TensorType(shape, x.type.dtype))
+
+
+_ROLL_TERMS = 64  # summands looked at for a sum of rolls (a ring's steps: one per device of an axis)
+
+
+def _roll(t: Term) -> tuple[Term, int, int] | None:
+    """(x, d, s) when `t` is `x` shifted cyclically by `s` rows along `d`: `concatenate(x[L-s:], x[:L-s])`."""
+    if t.op != "concatenate" or len(t.args) != 2:
+        return None
+    a, b = t.args
+    if a.op != "slice" or b.op != "slice" or a.args[0] is not b.args[0] or not (_unit_strides(a) and _unit_strides(b)):
+        return None
+    x, d = a.args[0], int(t.attr("dimension"))
+    n = x.type.shape[d]
+    s = a.type.shape[d]
+    whole = tuple((0, m) for m in x.type.shape)
+    (alo, ahi), (blo, bhi) = _window(a), _window(b)
+    want_a = tuple((n - s, n) if i == d else w for i, w in enumerate(whole))
+    want_b = tuple((0, n - s) if i == d else w for i, w in enumerate(whole))
+    if tuple(zip(alo, ahi, strict=True)) != want_a or tuple(zip(blo, bhi, strict=True)) != want_b:
+        return None
+    return x, d, s
+
+
+def _summands(t: Term, type: TensorType, args: tuple[Term, ...]) -> list[Term] | None:
+    """The summands of an `add` of `args` (nested adds of `type` flattened); None past `_ROLL_TERMS`."""
+    leaves: list[Term] = []
+    stack = list(args)
+    while stack:
+        u = stack.pop()
+        if u.op == "add" and u.type == type:
+            stack.extend(u.args)
+        else:
+            leaves.append(u)
+        if len(leaves) + len(stack) > _ROLL_TERMS:
+            return None
+    return leaves
+
+
+def sum_of_rolls(terms: Terms, args: tuple[Term, ...], type: TensorType) -> Term | None:
+    """`x + roll(x, B) + .. + roll(x, (n-1)·B)` along a dim of `n·B` rows, among the summands of an `add`
+    (in any order and nesting, with other summands), as the tiling of the sum of `x`'s `n` blocks. None
+    when no summands make such an orbit."""
+    if not any(a.op == "concatenate" for a in args):
+        return None
+    leaves = _summands(args[0], type, args)
+    if leaves is None:
+        return None
+    shifts: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (x, dim) -> (shift, summand)
+    base: dict[int, Term] = {}
+    for i, t in enumerate(leaves):
+        if (r := _roll(t)) is not None:
+            x, d, s = r
+            shifts.setdefault((x.id, d), []).append((s, i))
+            base[x.id] = x
+    for (xid, d), found in shifts.items():
+        x = base[xid]
+        by_shift = dict(found)
+        block = min(by_shift)
+        n = x.type.shape[d] // block
+        unrolled = [i for i, t in enumerate(leaves) if t is x]
+        if (x.type.shape[d] % block or len(by_shift) != len(found) or set(by_shift) != {k * block for k in range(1, n)}
+                or not unrolled):
+            continue
+        used = {*(i for _, i in found), unrolled[0]}
+        cut = (*x.type.shape[:d], n, block, *x.type.shape[d + 1:])
+        blocks = terms.apply("reshape", (x,), (), TensorType(cut, x.type.dtype))
+        zero = terms.scalar(0.0, x.type.dtype)
+        total = terms.apply("reduce", (blocks, zero), (("dimensions", (d,)), ("reducer", Reducer.SUM.value)),
+                            TensorType((*cut[:d], *cut[d + 1:]), x.type.dtype))
+        out = terms.tile(total, d, n)
+        terms.regrouped_floats |= x.type.dtype.startswith(("f", "bf"))
+        for i, t in enumerate(leaves):
+            if i not in used:
+                out = terms.apply("add", (out, t), (), type)
+        return out
+    return None
+
+
+def ring_gaps(t: Term) -> tuple[int, int, int, list[int]] | None:
+    """(dim, block, blocks, missing shifts) when the summands of `t` (an `add` tree) are `x` and some of its
+    cyclic shifts by multiples of one block along one dim, but not all of them: a ring all-reduce a step
+    short, or one that adds a block twice. None otherwise."""
+    leaves = _summands(t, t.type, (t,))
+    if leaves is None:
+        return None
+    rolls = [r for u in leaves if (r := _roll(u)) is not None]
+    if not rolls or len({(x.id, d) for x, d, _ in rolls}) != 1:
+        return None
+    x, d, _ = rolls[0]
+    block = math.gcd(*(s for _, _, s in rolls))
+    if x.type.shape[d] % block:
+        return None
+    n = x.type.shape[d] // block
+    present = [0] * n
+    present[0] += sum(u is x for u in leaves)
+    for _, _, s in rolls:
+        present[s // block] += 1
+    missing = [k * block for k in range(n) if present[k] == 0]
+    return (d, block, n, missing) if missing or any(c > 1 for c in present) else None
 
 
 def slice_of_pad(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]) -> Term | None:

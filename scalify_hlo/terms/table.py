@@ -35,6 +35,7 @@ class Terms:
         self._table: dict[tuple[Any, ...], Term] = {}
         self.assume = dict(assume or {})  # input name -> inclusive range its values are promised to lie in
         self.intervals: dict[int, Interval | None] = {}  # term id -> range (`ranges.interval`'s cache)
+        self.regrouped_floats = False  # a canonical form regrouped a float sum (a proof then says so)
 
     def __len__(self) -> int:
         return len(self._table)
@@ -106,6 +107,30 @@ class Terms:
         if type.rank == 1:
             return line
         return self.apply("broadcast_in_dim", (line,), (("broadcast_dimensions", (dim,)),), type)
+
+    def untile(self, t: Term, dim: int, n: int) -> Term | None:
+        """The `s` with `t = tile(s, dim, n)`, read off the forms `tile` builds (a broadcast along `dim`, or a
+        broadcast adding a dim of `n` copies before `dim`, merged into it); None for any other term."""
+        shape = list(t.type.shape)
+        if shape[dim] % n:
+            return None
+        shape[dim] //= n
+        small = TensorType(tuple(shape), t.type.dtype)
+        if t.op == "broadcast_in_dim":
+            (src,) = t.args
+            dims = tuple(t.attr("broadcast_dimensions"))
+            if dim not in dims or src.type.shape[dims.index(dim)] == 1:
+                return self.apply("broadcast_in_dim", (src,), (("broadcast_dimensions", dims),), small)
+            return None
+        wide = (*small.shape[:dim], n, *small.shape[dim:])
+        if t.op != "reshape" or t.args[0].op != "broadcast_in_dim" or t.args[0].type.shape != wide:
+            return None
+        (src,) = t.args[0].args
+        dims = tuple(t.args[0].attr("broadcast_dimensions"))
+        if dim in dims:
+            return None  # the copies' dim comes from the operand: not copies
+        kept = tuple(i if i < dim else i - 1 for i in dims)
+        return self.apply("broadcast_in_dim", (src,), (("broadcast_dimensions", kept),), small)
 
     def tile(self, t: Term, dim: int, n: int) -> Term:
         """The global tensor made of `n` copies of `t` along `dim` (what a replicated local value is,
@@ -265,7 +290,10 @@ def _slice(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tensor
         hi = tuple(b + s for b, s in zip(base, a["limit_indices"], strict=True))
         return slicing.slice_of(terms, x.args[0], lo, hi)
     if all(s == 1 for s in strides):
-        return slicing.slice_of_pad(terms, x, tuple(a["start_indices"]), tuple(a["limit_indices"]))
+        lo, hi = tuple(a["start_indices"]), tuple(a["limit_indices"])
+        if x.op == "concatenate":
+            return slicing.slice_of_concatenate(terms, x, lo, hi)
+        return slicing.slice_of_pad(terms, x, lo, hi)
     return None
 
 
@@ -470,6 +498,7 @@ def _gather(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tenso
 
 
 _CANON = {
+    "add": lambda terms, args, a, type: slicing.sum_of_rolls(terms, args, type),
     "and": _and,
     "broadcast_in_dim": _broadcast,
     "clamp": _clamp,

@@ -227,3 +227,20 @@ def cos_body(x: jax.Array) -> jax.Array:
 def cos_rows_swapped_body(x: jax.Array) -> jax.Array:
     """As `cos_body`, with each block's rows reversed."""
     return jnp.cos(x)[::-1]  # BUG: the rows of each block reversed
+
+
+# ------------------------------------------------------- a psum over the major axis of a dim split over two
+
+
+def fold_major_ref(x: jax.Array) -> jax.Array:
+    """Rows in blocks over (x, y), x major: summed over x, each y block's rows with the other x half's."""
+    nx, _ = MESH_XY
+    return x.reshape(nx, -1, *x.shape[1:]).sum(0)
+
+
+def fold_major_body(x: jax.Array) -> jax.Array:
+    return lax.psum(x, "x")
+
+
+def fold_minor_body(x: jax.Array) -> jax.Array:
+    return lax.psum(x, "y")  # BUG: sums over y, the minor axis of the rows' split, where the reference sums x
