@@ -53,7 +53,7 @@ def convolution(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         if isinstance(f, Failed):
             return (upstream(f, op),)
     if not isinstance(lhs, Holds) or not isinstance(rhs, Holds):
-        return (ctx.unsupported(op, "operands that are not tensors"),)
+        return (ctx.not_tensors(op, (lhs, rhs)),)
     try:
         local = spec_of(op)
     except ValueError as e:

@@ -336,6 +336,14 @@ class Ctx:
     def unsupported(self, op: Op, what: str) -> Failed:
         return Failed(f"{op.opcode}: {what}", op, False)
 
+    def not_tensors(self, op: Op, facts: Sequence[Fact]) -> Failed:
+        """`op` cannot read some of `facts` as tensors (argmax block results say what reads them)."""
+        b = next((f for f in facts if isinstance(f, Blocks)), None)
+        if b is not None:
+            return self.unsupported(op, f"{b.kind} results of each device's block read by {op.opcode} (only an "
+                                    "all-gather and the same reduce, or a shard_map's out_specs, read them)")
+        return self.unsupported(op, "operands that are not tensors")
+
     def describe(self, layout: Layout) -> str:
         return layout.describe(self.mesh)
 

@@ -40,7 +40,7 @@ def holds_operands(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> list[Holds] | F
         if isinstance(g, Failed):
             return Failed(g.reason, op, g.evidence, g.origin)
         if not isinstance(g, Holds):
-            return ctx.unsupported(op, "operands that are not tensors")
+            return ctx.not_tensors(op, (g,))
         out.append(g)
     return out
 

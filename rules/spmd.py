@@ -103,7 +103,7 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
             return (upstream(f, op),)
     hs = [f for f in holds if isinstance(f, Holds)]
     if len(hs) != len(holds):
-        return (ctx.unsupported(op, "operands that are not tensors"),)
+        return (ctx.not_tensors(op, holds),)
     out_t = op.result.tensor
     if op.opcode == "select" and hs[0].term.type.rank == 0 < out_t.rank and not hs[0].layout.partial:
         # A scalar predicate picks a whole operand: the same as its broadcast.
@@ -194,7 +194,7 @@ def dot_general(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         bad = lhs if isinstance(lhs, Failed) else rhs
         if isinstance(bad, Failed):
             return (upstream(bad, op),)
-        return (ctx.unsupported(op, "operands that are not tensors"),)
+        return (ctx.not_tensors(op, (lhs, rhs)),)
     dims = op.attrs.get("dot_dimension_numbers")
     if not isinstance(dims, DotDims):
         dims = DotDims((), (), (lhs.term.type.rank - 1,), (0,))
@@ -254,7 +254,7 @@ def reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         if isinstance(f, Failed):
             return (upstream(f, op),)
     if not isinstance(x, Holds) or not isinstance(init, Holds):
-        return (ctx.unsupported(op, "operands that are not tensors"),)
+        return (ctx.not_tensors(op, (x, init)),)
     reducer = reducer_of(op.regions[0])
     if reducer is None:
         return (ctx.unsupported(op, "a reduction whose body is not a single add/max/min/mul/and/or"),)
@@ -294,7 +294,7 @@ def _variadic_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, .
         seen = lift_as(ctx, f, like) if isinstance(f, Varying) and like is not None and i < k else None
         g = seen or (ctx.lift(f) if isinstance(f, Varying) else f)
         if not isinstance(g, Holds):
-            bad = g if isinstance(g, Failed) else ctx.unsupported(op, "operands that are not tensors")
+            bad = g if isinstance(g, Failed) else ctx.not_tensors(op, (g,))
             return tuple(bad for _ in op.results)
         held.append(g)
     red = tuple(op.attrs["dimensions"])  # type: ignore[arg-type]

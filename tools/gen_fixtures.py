@@ -1394,6 +1394,19 @@ def _gspmd_shard_map_pair(name: str, ref: Callable[..., Any], impl: Callable[...
     )
 
 
+def _gspmd_body_pair(name: str, ref: Callable[..., Any], body: Callable[..., Any], mesh: jax.sharding.Mesh,
+                     args: Sequence[Any], argnames: Sequence[str], in_specs: Sequence[Any], out_spec: Any) -> Built:
+    """A jitted shard_map of `body` lowered with Shardy off (check_vma off), against `ref`."""
+    impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(in_specs), out_specs=out_spec, check_vma=False))
+    previous = jax.config.jax_use_shardy_partitioner  # type: ignore[attr-defined]
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        return _gspmd_shard_map_pair(name, ref, impl, mesh, args, argnames, in_specs,
+                                     body if "# BUG:" in inspect.getsource(body) else None)
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", previous)
+
+
 CF = control_flow
 fixture("switch_replicated_index_shard_map", "lax.switch on a replicated step index in a shard_map: x * 2, "
         "x / psum(local sum of squares), x - pmax(local max) (correct)")(
@@ -1484,6 +1497,13 @@ fixture("fa_ring_allreduce_short_shard_map", "all-reduce by hand one step short:
         "out_specs P(): one block never reaches each device")(
     _fa_pair(FA.block_sum_ref, FA.ring_allreduce_short_body, [(64, 4)], ["x"], [P("x", None)], P(),
              check_vma=False))
+@fixture("fa_ring_allreduce_ppermute_gspmd", "all-reduce by hand (n-1 steps of ppermute and add), the shard_map "
+         "lowered with Shardy off, out_specs P() (correct)")
+def _fa_ring_gspmd(name: str) -> Built:
+    return _gspmd_body_pair(name, FA.block_sum_ref, FA.ring_allreduce_body, make_mesh((false_alarms.N,), ("x",)),
+                            _fa_normal(name, (64, 4)), ["x"], [P("x", None)], P())
+
+
 fixture("fa_sum_all_gather_shard_map", "sum(all_gather(x), 0) (a psum spelled as gather + reduce), "
         "out_specs P(), against the sum of the row blocks (correct)")(
     _fa_pair(FA.block_sum_ref, FA.sum_all_gather_body, [(64, 4)], ["x"], [P("x", None)], P(),
@@ -1816,6 +1836,13 @@ fixture("oc_group_argmax_shard_map", "argmax of each device's own column block r
 fixture("oc_group_argmax_global_shard_map", "argmax of each device's own column block with the block's "
         "offset added: the global column where the reference wants the index inside the group")(
     _oc_pair(OC.group_argmax_ref, OC.group_argmax_global_body, (16, 32), P(None, "x")))
+@fixture("oc_group_argmax_gspmd", "argmax of each device's own column block returned per device, the shard_map "
+         "lowered with Shardy off: SPMDShardToFullShape reads the block results (correct)")
+def _oc_group_argmax_gspmd(name: str) -> Built:
+    return _gspmd_body_pair(name, OC.group_argmax_ref, OC.group_argmax_body, make_mesh((OC.N,), ("x",)),
+                            _fa_normal(name, (16, 32)), ["x"], [P(None, "x")], P(None, "x"))
+
+
 fixture("oc_argmax_split_dim_shardy", "jnp.argmax over the dim split over tp (2x4 mesh), Shardy: a local "
         "variadic reduce with global indices, all-gathers of the block results, the same reduce over them "
         "(correct)")(_oc_partitioned(OC.argmax_cols_ref, (8, 32), P("dp", "tp"), P("dp")))
