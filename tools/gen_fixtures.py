@@ -2157,14 +2157,21 @@ def _lr_chol_args(name: str) -> list[np.ndarray]:
     return _fa_normal(name, (16, 4, 3), (16, 4, 2))
 
 
-def _lr_chol_pair(body: Callable[..., Any]) -> Callable[[str], Built]:
+def _lr_batch_pair(ref: Callable[..., Any], args_of: Callable[[str], list[np.ndarray]], names: list[str],
+                   body: Callable[..., Any]) -> Callable[[str], Built]:
+    """A shard_map pair of two batched operands, the batch split over "x"; a bug pair when `body` has a
+    `# BUG:` line."""
     def fn(name: str) -> Built:
         mesh = make_mesh((LR.N,), ("x",))
         impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(BATCH, BATCH), out_specs=BATCH))
-        return shard_map_pair(name, LR.chol_solve_ref, impl, mesh, _lr_chol_args(name), ["x", "b"], [BATCH, BATCH],
+        return shard_map_pair(name, ref, impl, mesh, args_of(name), names, [BATCH, BATCH],
                               body if "# BUG:" in inspect.getsource(body) else None)
 
     return fn
+
+
+def _lr_chol_pair(body: Callable[..., Any]) -> Callable[[str], Built]:
+    return _lr_batch_pair(LR.chol_solve_ref, _lr_chol_args, ["x", "b"], body)
 
 
 @fixture("lr_chol_solve_shardy", "jnp.linalg.cholesky of x x^T + n I and solve_triangular, the batch split over "
@@ -2214,13 +2221,7 @@ def _lr_lu_args(name: str) -> list[np.ndarray]:
 
 
 def _lr_lu_pair(body: Callable[..., Any]) -> Callable[[str], Built]:
-    def fn(name: str) -> Built:
-        mesh = make_mesh((LR.N,), ("x",))
-        impl = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(BATCH, BATCH), out_specs=BATCH))
-        return shard_map_pair(name, LR.lu_solve_ref, impl, mesh, _lr_lu_args(name), ["a", "b"], [BATCH, BATCH],
-                              body if "# BUG:" in inspect.getsource(body) else None)
-
-    return fn
+    return _lr_batch_pair(LR.lu_solve_ref, _lr_lu_args, ["a", "b"], body)
 
 
 @fixture("lr_lu_solve_shardy", "jnp.linalg.solve of a batch of general systems (LAPACK getrf, pivots to a "

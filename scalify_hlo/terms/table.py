@@ -108,6 +108,16 @@ class Terms:
             return line
         return self.apply("broadcast_in_dim", (line,), (("broadcast_dimensions", (dim,)),), type)
 
+    def _resized_broadcast(self, t: Term, dim: int, out: TensorType) -> Term | None:
+        """`t`, a broadcast whose operand does not vary along `dim`, at the size of `out` there."""
+        if t.op != "broadcast_in_dim":
+            return None
+        (src,) = t.args
+        dims = tuple(t.attr("broadcast_dimensions"))
+        if dim in dims and src.type.shape[dims.index(dim)] != 1:
+            return None
+        return self.apply("broadcast_in_dim", (src,), (("broadcast_dimensions", dims),), out)
+
     def untile(self, t: Term, dim: int, n: int) -> Term | None:
         """The `s` with `t = tile(s, dim, n)`, read off the forms `tile` builds (a broadcast along `dim`, or a
         broadcast adding a dim of `n` copies before `dim`, merged into it); None for any other term."""
@@ -117,11 +127,7 @@ class Terms:
         shape[dim] //= n
         small = TensorType(tuple(shape), t.type.dtype)
         if t.op == "broadcast_in_dim":
-            (src,) = t.args
-            dims = tuple(t.attr("broadcast_dimensions"))
-            if dim not in dims or src.type.shape[dims.index(dim)] == 1:
-                return self.apply("broadcast_in_dim", (src,), (("broadcast_dimensions", dims),), small)
-            return None
+            return self._resized_broadcast(t, dim, small)
         wide = (*small.shape[:dim], n, *small.shape[dim:])
         if t.op != "reshape" or t.args[0].op != "broadcast_in_dim" or t.args[0].type.shape != wide:
             return None
@@ -140,11 +146,8 @@ class Terms:
         shape = list(t.type.shape)
         shape[dim] *= n
         out = TensorType(tuple(shape), t.type.dtype)
-        if t.op == "broadcast_in_dim":
-            (src,) = t.args
-            dims = tuple(t.attr("broadcast_dimensions"))
-            if dim not in dims or src.type.shape[dims.index(dim)] == 1:
-                return self.apply("broadcast_in_dim", (src,), (("broadcast_dimensions", dims),), out)
+        if (copies := self._resized_broadcast(t, dim, out)) is not None:
+            return copies
         if t.op == "reshape" and t.type.shape[dim] == 1:
             (src,) = t.args
             kept = [i for i, m in enumerate(t.type.shape) if m != 1]
