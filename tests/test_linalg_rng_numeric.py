@@ -1,7 +1,7 @@
 """The linear-algebra and random-bit kernels against XLA CPU.
 
-- `jnp.linalg.cholesky` and `jax.lax.linalg.triangular_solve` (every option), lowered by JAX to LAPACK
-  custom calls, run from StableHLO and from XLA's compiled HLO text (a tuple-typed custom call), on
+- `jnp.linalg.cholesky`, `jax.lax.linalg.lu` and `jax.lax.linalg.triangular_solve` (every option), lowered
+  by JAX to LAPACK custom calls, run from StableHLO and from XLA's compiled HLO text (a tuple-typed custom call), on
   positive definite and indefinite (NaN) matrices;
 - `stablehlo.cholesky` and `stablehlo.triangular_solve` (what JAX emits for accelerators), written as
   StableHLO and compiled by XLA CPU (its expanders);
@@ -74,6 +74,21 @@ def test_cholesky_lapack(dtype: Any, hlo: bool) -> None:
     with jax.enable_x64(dtype == np.float64):
         _compare(jnp.linalg.cholesky, [_spd(3, 5, dtype)], hlo=hlo)
         _compare(lambda a: jnp.linalg.cholesky(a, upper=True), [_spd(2, 4, dtype)], hlo=hlo)
+
+
+@pytest.mark.parametrize("hlo", [False, True], ids=["stablehlo", "hlo"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lu_lapack_getrf(dtype: Any, hlo: bool) -> None:
+    """`jax.lax.linalg.lu` (getrf, then the pivots as a permutation) on square, wide and tall matrices, one
+    with a zero column (a zero pivot: LAPACK leaves its column unscaled), and `jnp.linalg.solve`."""
+    singular = _general(2, 4, 4, dtype=dtype)
+    singular[1, :, 1] = 0
+    with jax.enable_x64(dtype == np.float64):
+        for a in (_general(3, 5, 5, dtype=dtype), _general(2, 4, 6, dtype=dtype), _general(2, 6, 3, dtype=dtype),
+                  singular):
+            _compare(jax.lax.linalg.lu, [a], hlo=hlo)
+        _compare(jnp.linalg.solve, [_general(3, 4, 4, dtype=dtype) + 4 * np.eye(4, dtype=dtype),
+                                    _general(3, 4, 2, dtype=dtype)], hlo=hlo)
 
 
 def test_cholesky_lapack_indefinite_is_nan_and_info_matches() -> None:
