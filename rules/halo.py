@@ -144,7 +144,7 @@ def _slice(ctx: Ctx, op: Op, f: Fact) -> tuple[Fact, ...] | None:
     if any(base.term.type.shape[d] % ctx.mesh.size_of(base.layout.dims[d]) for d in cut):
         return None  # (uneven blocks: the ordinary rule says so)
     if any(strides[d] != 1 for d in cut):
-        return (ctx.unsupported(op, "a strided slice of a split dim's rows"),)
+        return (_every_kth(ctx, op, h, cut, start, limit, strides),)
     # The whole dims are sliced globally; the split dims stay whole in the base and narrow in the window.
     gstart, glimit = list(start), list(limit)
     for d, axes in enumerate(base.layout.dims):
@@ -160,6 +160,33 @@ def _slice(ctx: Ctx, op: Op, f: Fact) -> tuple[Fact, ...] | None:
         lo, hi = extent(h, d)
         out = dataclasses.replace(out, sides=_with_extent(out, d, lo - start[d], hi - (local[d] - limit[d])))
     return (_settled(ctx, out) or out,)
+
+
+def _every_kth(ctx: Ctx, op: Op, h: Halo, cut: list[int], start: list[int], limit: list[int], strides: list[int]
+               ) -> Fact:
+    """Every `k`-th row of each device's block, from its row `s < k` to its end, along split dims whose
+    blocks are a multiple of `k` rows (`x[:, 1::2]`, or XLA's `x[:, 0:3][:, ::2]` of 4-row blocks): the same
+    rows of the whole tensor, each block's its own (a block starts at a multiple of `k`). The device may hold
+    a halo of its block (rows trimmed or added) as long as the rows taken are the block's. Anything else
+    along a split dim is not modelled."""
+    local = op.operands[0].tensor.shape
+    base = h.base
+    first: dict[int, int] = {}
+    for d in cut:
+        k, block = strides[d], block_of(h, d, ctx.mesh)
+        s = start[d] - extent(h, d)[0]  # the first row taken, counted from the block's start
+        if k == 1 or block % k or not 0 <= s < k or -(-(limit[d] - start[d]) // k) != block // k:
+            return ctx.unsupported(op, "a strided slice of a split dim's rows")
+        first[d] = s
+    if any(d not in first for d, _, _ in h.sides):
+        return ctx.unsupported(op, "a strided slice of halo rows along another dim")
+    term = base.term
+    dims = base.layout.dims
+    gstart = [first.get(d, 0 if dims[d] else start[d]) for d in range(len(local))]
+    glimit = [term.type.shape[d] if dims[d] else limit[d] for d in range(len(local))]
+    gshape = tuple(-(-(hi - lo) // st) for lo, hi, st in zip(gstart, glimit, strides, strict=True))
+    attrs = (("limit_indices", tuple(glimit)), ("start_indices", tuple(gstart)), ("strides", tuple(strides)))
+    return Holds(ctx.terms.apply("slice", (term,), attrs, TensorType(gshape, term.type.dtype)), base.layout, op)
 
 
 def _settled(ctx: Ctx, h: Halo) -> Holds | None:

@@ -1836,6 +1836,15 @@ fixture("oc_group_argmax_shard_map", "argmax of each device's own column block r
 fixture("oc_group_argmax_global_shard_map", "argmax of each device's own column block with the block's "
         "offset added: the global column where the reference wants the index inside the group")(
     _oc_pair(OC.group_argmax_ref, OC.group_argmax_global_body, (16, 32), P(None, "x")))
+fixture("oc_odd_cols_shard_map", "x[:, 1::2] of columns split over x in blocks of even width (correct)")(
+    _oc_pair(OC.odd_cols_ref, OC.odd_cols_body, (16, 32), P(None, "x")))
+fixture("oc_odd_cols_even_shard_map", "x[:, ::2] where the reference takes x[:, 1::2], columns split over x")(
+    _oc_pair(OC.odd_cols_ref, OC.odd_cols_even_body, (16, 32), P(None, "x")))
+fixture("oc_odd_cols_gspmd", "x[:, 1::2] of columns split over tp (2x4 mesh), GSPMD: each device slices its "
+        "block's odd columns (correct)")(
+    _oc_partitioned(OC.odd_cols_ref, (8, 32), P("dp", "tp"), P("dp", "tp"), shardy=False))
+
+
 @fixture("oc_group_argmax_gspmd", "argmax of each device's own column block returned per device, the shard_map "
          "lowered with Shardy off: SPMDShardToFullShape reads the block results (correct)")
 def _oc_group_argmax_gspmd(name: str) -> Built:

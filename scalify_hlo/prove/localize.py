@@ -245,7 +245,8 @@ def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, 
     after_op, node = min(blamed, key=lambda b: order[id(b[0])]) if blamed else (None, None)
     # A block of a value the reference computes whole is no difference yet: the after program goes on
     # block by block (online softmax, blockwise scans) in a way the prover does not follow.
-    blockwise = node is not None and node.op == "slice" and sync.synced(node.args[0])
+    blockwise = (node is not None and node.op == "slice" and sync.synced(node.args[0])
+                 and all(k == 1 for k in node.attr("strides") or ()))  # (every k-th row is no block)
     covered: set[int] = set()
     for f in ad.facts.values():
         if isinstance(f, Holds) and sync.synced(f.term):

@@ -227,3 +227,20 @@ def group_argmax_body(x: jax.Array) -> jax.Array:
 def group_argmax_global_body(x: jax.Array) -> jax.Array:
     i = x.argmax(axis=-1, keepdims=True).astype(jnp.int32)
     return i + lax.axis_index("x") * x.shape[1]  # BUG: the global column, not the index inside the group
+
+
+# ------------------------------------------------------------------------- a strided slice of a split dim
+
+
+def odd_cols_ref(x: jax.Array) -> jax.Array:
+    """Every other column from column 1 (a downsampling): XLA slices each device's block the same way."""
+    return x[:, 1::2] * 2.0
+
+
+def odd_cols_body(x: jax.Array) -> jax.Array:
+    """Columns split over "x" in blocks of an even width: each block's odd columns are the tensor's."""
+    return x[:, 1::2] * 2.0
+
+
+def odd_cols_even_body(x: jax.Array) -> jax.Array:
+    return x[:, ::2] * 2.0  # BUG: the even columns, where the reference takes the odd ones
