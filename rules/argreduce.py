@@ -23,12 +23,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from scalify_hlo.rules.facts import Blocks, Ctx, Fact, Holds
+from scalify_hlo.rules.facts import Blocks, Ctx, Fact, Holds, PerBlock
 
 from scalify_hlo.ir.nodes import Op, TensorType
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
 from scalify_hlo.ops.reducers import arg_reducer_of
+from scalify_hlo.terms.term import Term
 
 
 def block_reduce(ctx: Ctx, op: Op, xs: Sequence[Holds], inits: Sequence[Holds], layout: Layout,
@@ -118,6 +119,32 @@ def combine(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     return tuple(Holds(t, first.layout) for t in first.whole)
 
 
+def _block_results(ctx: Ctx, b: Blocks) -> tuple[Term, int]:
+    """Every block's result as one tensor: the reduce of the operands with the reduced dim cut into
+    (block, row), over the rows; and where the block dim is among the result's dims."""
+    whole = b.whole[b.index]
+    red = tuple(dict(whole.attrs)["dimensions"])
+    k = len(b.whole)
+    xs, inits = whole.args[:k], whole.args[k:]
+    shape, n = xs[0].type.shape, ctx.mesh.size_of(b.axes)
+    cut = (*shape[:b.reduced], n, shape[b.reduced] // n, *shape[b.reduced + 1:])
+    blocks = tuple(ctx.terms.apply("reshape", (x,), (), TensorType(cut, x.type.dtype)) for x in xs)
+    within = tuple(sorted(r + (r >= b.reduced) for r in red))  # the reduced dim's place: its within-block digit
+    kept = [i for i in range(len(cut)) if i not in within]
+    keys = tuple((key, within if key == "dimensions" else v) for key, v in whole.attrs)
+    out = TensorType(tuple(cut[i] for i in kept), whole.type.dtype)
+    return ctx.terms.mk("reduce", (*blocks, *inits), keys, out), kept.index(b.reduced)
+
+
+def per_device(ctx: Ctx, op: Op, f: Fact) -> Fact:
+    """A scalar block result read per device (an elementwise op: `axis_index(a) * n + jnp.argmax(x)`, a
+    compare): element `b_A(c)` of every block's result, a `PerBlock`. Anything else as it is."""
+    if not isinstance(f, Blocks) or f.dim is not None or f.gathered or f.layout.rank:
+        return f
+    term, _ = _block_results(ctx, f)
+    return PerBlock(term, f.axes, ctx.not_tensors(op, (f,)))
+
+
 def leaving(ctx: Ctx, b: Blocks, declared: Layout) -> Holds | None:
     """Block results leaving a shard_map under out spec `declared`: when it splits their block dim over
     the blocks' axes (in their order) and lays out the other dims as the results are, the tensor of every
@@ -126,21 +153,9 @@ def leaving(ctx: Ctx, b: Blocks, declared: Layout) -> Holds | None:
     if (b.dim is None or b.gathered or declared.partial or declared.rank != b.layout.rank + 1
             or declared.dims[b.dim] != b.axes or declared.dims[:b.dim] + declared.dims[b.dim + 1:] != b.layout.dims):
         return None
-    whole = b.whole[b.index]
-    attrs = dict(whole.attrs)
-    red = tuple(attrs["dimensions"])
-    k = len(b.whole)
-    xs, inits = whole.args[:k], whole.args[k:]
-    shape, n = xs[0].type.shape, ctx.mesh.size_of(b.axes)
-    cut = (*shape[:b.reduced], n, shape[b.reduced] // n, *shape[b.reduced + 1:])
-    blocks = tuple(ctx.terms.apply("reshape", (x,), (), TensorType(cut, x.type.dtype)) for x in xs)
-    within = tuple(sorted(r + (r >= b.reduced) for r in red))  # the reduced dim's place: its within-block digit
-    kept = [i for i in range(len(cut)) if i not in within]
-    out = tuple(cut[i] for i in kept)
-    keys = tuple((key, within if key == "dimensions" else v) for key, v in whole.attrs)
-    term = ctx.terms.mk("reduce", (*blocks, *inits), keys, TensorType(out, whole.type.dtype))
-    at = kept.index(b.reduced)  # the block index among the result's dims
+    term, at = _block_results(ctx, b)
     if at != b.dim:
+        out = term.type.shape
         perm = [i for i in range(len(out)) if i != at]
         perm.insert(b.dim, at)
         term = ctx.terms.apply("transpose", (term,), (("permutation", tuple(perm)),),

@@ -26,10 +26,23 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from scalify_hlo.rules.facts import Ctx, Fact, Failed, Holds, PerBlock, join, regroup, view
+import numpy as np
+from scalify_hlo.rules.facts import (
+    Ctx,
+    Fact,
+    Failed,
+    Holds,
+    PerBlock,
+    Varying,
+    constant_term,
+    join,
+    regroup,
+    view,
+)
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Op, TensorType
+from scalify_hlo.layout.groups import varying_axes
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
 from scalify_hlo.ops.reducers import Reducer, identity
@@ -56,12 +69,16 @@ def reread(ctx: Ctx, op: Op, hs: Sequence[Holds], failure: Failed) -> Fact:
     """An elementwise op reading a partial scalar it is not linear in: the partial operands re-read as the
     per-device values they are (when a local reduce of blocks made them), else `failure`."""
     facts: list[Fact] = []
+    # A block's value set against its own all-reduced value (`x.max() == pmax(x.max())`: which blocks reach
+    # the max) reads both as meant: no suspect for a later difference.
+    whole = {h.term.id for h in hs if not h.layout.partial}
     for h in hs:
         if not h.layout.partial:
             facts.append(h)
         elif h.blocks is not None and h.term.type.rank == 0:
             facts.append(PerBlock(h.blocks[0], h.blocks[1], failure))
-            ctx.per_block.append((h.blocks[0], failure))
+            if h.term.id not in whole:
+                ctx.per_block.append((h.blocks[0], failure))
         else:
             return failure
     return combine(ctx, op, op.opcode, term_attrs(op), op.result.tensor, facts)
@@ -87,6 +104,8 @@ def combine(ctx: Ctx, op: Op, opcode: str, attrs: AttrKey, out_t: TensorType, fa
             elif isinstance(f, Holds) and f.term.type.rank == 0 and not f.layout.partial:
                 args.append(ctx.terms.apply("broadcast_in_dim", (f.term,), (("broadcast_dimensions", ()),),
                                             TensorType((n_a,), f.term.type.dtype)))
+            elif isinstance(f, Varying) and (table := _table(ctx, f, axes)) is not None:
+                args.append(table)
             else:
                 return failure
         return PerBlock(ctx.terms.apply(opcode, tuple(args), attrs, TensorType((n_a,), out_t.dtype)), axes, failure)
@@ -113,6 +132,20 @@ def combine(ctx: Ctx, op: Op, opcode: str, attrs: AttrKey, out_t: TensorType, fa
         return failure
     term = ctx.terms.apply("select", (spread, *terms), attrs, TensorType(gshape, out_t.dtype))
     return Holds(term, layout)
+
+
+def _table(ctx: Ctx, v: Varying, axes: tuple[str, ...]) -> Term | None:
+    """A device-varying scalar (an `axis_index` offset) as the constant `[n_A]` of its value on each block
+    over `axes`; None when it varies along another axis."""
+    values = np.asarray(v.values)
+    if v.type.rank or not set(varying_axes(values, ctx.mesh)) <= set(axes):
+        return None
+    mesh = ctx.mesh
+    grid = values.reshape(-1)[mesh.device_array()]  # [*mesh.shape]: each coordinate's value
+    order = [mesh.names.index(a) for a in axes]
+    rest = [i for i in range(len(mesh.names)) if i not in order]
+    table = np.transpose(grid, (*order, *rest)).reshape(mesh.size_of(axes), -1)[:, 0]  # (constant along `rest`)
+    return constant_term(np.ascontiguousarray(table), TensorType((table.size,), v.type.dtype), ctx.terms)
 
 
 def _with_axes(layout: Layout, axes: tuple[str, ...]) -> Layout | None:

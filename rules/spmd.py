@@ -89,8 +89,10 @@ def _partial_allowed(op: Op, partial: list[bool], reducer: Reducer) -> bool:
 
 
 def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    facts = tuple(argreduce.per_device(ctx, op, f) for f in facts)
     if any(isinstance(f, PerBlock) for f in facts):
-        lifted = [ctx.lift(f) if isinstance(f, Varying) else f for f in facts]
+        # (a device-varying scalar stays one: perblock reads it as a table over the blocks' axes)
+        lifted = [ctx.lift(f) if isinstance(f, Varying) and f.type.rank else f for f in facts]
         return (perblock.combine(ctx, op, op.opcode, term_attrs(op), op.result.tensor, lifted),)
     holds = list(facts)
     if any(isinstance(f, Varying) for f in holds):

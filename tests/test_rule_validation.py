@@ -435,3 +435,41 @@ def test_untile_inverts_tile() -> None:
         s = terms.mk("param", (), (("index", 0),), TensorType(shape, "f32"))
         assert terms.untile(terms.tile(s, dim, 4), dim, 4) is s
         assert terms.untile(s, dim, 2) is None  # a parameter is no tiling
+
+
+def test_argmax_from_block_maxima_is_the_first_index_of_the_maximum() -> None:
+    """`min_k select(max(x_k) == max(x), k·b + argmax(x_k), BIG)` (the pmax/pmin argmax over `n` blocks of
+    `b`) canonicalised to `argmax(x)` (`topk.merge_argmax`): the same index on finite inputs with ties
+    inside and across blocks; a sentinel below `n·b` is left alone."""
+    n, b = 4, 3
+    terms = Terms()
+    f32, i32 = "f32", "i32"
+    x = terms.mk("param", (), (("index", 0),), TensorType((n * b,), f32))
+    ninf = terms.mk("constant", (), (("value", Literal(np.array(-np.inf, np.float32), f32)),), TensorType((), f32))
+    zero = terms.mk("constant", (), (("value", Literal(np.array(0, np.int32), i32)),), TensorType((), i32))
+    cut = terms.mk("reshape", (x,), (), TensorType((n, b), f32))
+    block_max = terms.mk("reduce", (cut, ninf), (("dimensions", (1,)), ("reducer", "max")), TensorType((n,), f32))
+    whole_max = terms.mk("reduce", (x, ninf), (("dimensions", (0,)), ("reducer", "max")), TensorType((), f32))
+    ids = terms.iota(1, TensorType((n, b), i32))
+    arg = terms.mk("reduce", (cut, ids, ninf, zero), (("computation", "argmax"), ("dimensions", (1,)), ("index", 1)),
+                   TensorType((n,), i32))
+    offsets = terms.mk("constant", (), (("value", Literal(np.arange(n, dtype=np.int32) * b, i32)),),
+                       TensorType((n,), i32))
+    for big in (2**30, n * b - 2):
+        sentinel = terms.mk("constant", (), (("value", Literal(np.array(big, np.int32), i32)),), TensorType((), i32))
+        pred = terms.mk("compare", (block_max, terms.mk("broadcast_in_dim", (whole_max,), (("broadcast_dimensions", ()),),
+                                                        TensorType((n,), f32))),
+                        (("comparison_direction", "EQ"),), TensorType((n,), "i1"))
+        picked = terms.mk("add", (arg, offsets), (), TensorType((n,), i32))
+        fill = terms.mk("broadcast_in_dim", (sentinel,), (("broadcast_dimensions", ()),), TensorType((n,), i32))
+        sel = terms.mk("select", (pred, picked, fill), (), TensorType((n,), i32))
+        top = terms.mk("constant", (), (("value", Literal(np.array(2**31 - 1, np.int32), i32)),), TensorType((), i32))
+        plain = terms.mk("reduce", (sel, top), (("dimensions", (0,)), ("reducer", "min")), TensorType((), i32))
+        canon = _rebuilt(terms, plain)
+        assert (canon.attr("computation") == "argmax") == (big >= n * b)
+        rng = np.random.default_rng(3)
+        for _ in range(50):
+            value = rng.integers(-3, 3, n * b).astype(np.float32)  # many ties
+            env = {x.id: value}
+            assert evaluate(canon, env) == evaluate(plain, env)
+            assert big < n * b or evaluate(canon, env) == np.argmax(value)

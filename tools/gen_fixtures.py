@@ -1845,6 +1845,11 @@ fixture("oc_odd_cols_gspmd", "x[:, 1::2] of columns split over tp (2x4 mesh), GS
     _oc_partitioned(OC.odd_cols_ref, (8, 32), P("dp", "tp"), P("dp", "tp"), shardy=False))
 
 
+fixture("oc_greedy_pmax_pmin_shard_map", "argmax of vocab-split logits by hand: the blocks' max and argmax, "
+        "pmax of the maxima, pmin of the global indices where it is reached (correct)")(
+    _oc_pair(OC.greedy_ref, OC.greedy_body, (64,), P("x"), P()))
+
+
 @fixture("oc_group_argmax_gspmd", "argmax of each device's own column block returned per device, the shard_map "
          "lowered with Shardy off: SPMDShardToFullShape reads the block results (correct)")
 def _oc_group_argmax_gspmd(name: str) -> Built:

@@ -206,9 +206,8 @@ class _Prover:
         self.timings["outputs"] = time.perf_counter() - t0
         if isinstance(verdict, Equivalent):  # how the proof went: said only of a proof that stands
             self.notes.extend(n for n in self.proof_notes if n not in self.notes)
-        if isinstance(verdict, Equivalent) and self.terms.regrouped_floats:
-            self.notes.append("the proof summed the blocks passed round a ring in another order (exact over the "
-                              "reals); floating-point results may differ by rounding")
+        if isinstance(verdict, Equivalent):
+            self.notes.extend(sorted(n for n in self.terms.notes if n not in self.notes))
         if isinstance(verdict, Equivalent) and (self.sync.stats.resynced or self.sync.stats.proven):
             self.notes.append("the proof used equality saturation (associativity/commutativity and exact scalings "
                               "over the reals); floating-point results may differ by rounding")

@@ -35,7 +35,7 @@ class Terms:
         self._table: dict[tuple[Any, ...], Term] = {}
         self.assume = dict(assume or {})  # input name -> inclusive range its values are promised to lie in
         self.intervals: dict[int, Interval | None] = {}  # term id -> range (`ranges.interval`'s cache)
-        self.regrouped_floats = False  # a canonical form regrouped a float sum (a proof then says so)
+        self.notes: set[str] = set()  # what canonical forms assumed (a float sum regrouped): a proof says so
 
     def __len__(self) -> int:
         return len(self._table)
@@ -520,7 +520,8 @@ _CANON = {
     "optimization_barrier": _identity,
     "or": _or,
     "pad": _pad,
-    "reduce": ranges.fold_reduce_logic,
+    "reduce": lambda terms, args, a, type: (ranges.fold_reduce_logic(terms, args, a, type)
+                                            or topk.merge_argmax(terms, args, a, type)),
     "reshape": _reshape,
     "reverse": _reverse,
     "scatter": slicing.scatter_window,

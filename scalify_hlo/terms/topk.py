@@ -37,7 +37,7 @@ import numpy as np
 
 from scalify_hlo.ir.nodes import GatherDims, TensorType
 from scalify_hlo.terms.evaluate import evaluate_constant
-from scalify_hlo.terms.term import AttrKey, Term
+from scalify_hlo.terms.term import AttrKey, Term, scalar_value
 
 if TYPE_CHECKING:
     from scalify_hlo.terms.table import Terms
@@ -150,3 +150,60 @@ def merge_indices(terms: Terms, args: tuple[Term, ...], a: Mapping[str, Any], ty
         attrs = (*_order(second), ("index", 1))
         return terms.apply("top_k", (x,), attrs, TensorType((*x.type.shape[:-1], k2), type.dtype))
     return None
+
+
+# ------------------------------------------------- argmax from the blocks' maxima (pmax, then pmin)
+# The distributed argmax written with `pmax` and `pmin` (greedy decoding over vocab-split logits): each
+# device takes its block's max and argmax, the global max by pmax, and the smallest global index among the
+# blocks whose max is the global max by pmin, other blocks offering a sentinel. For finite values that is
+# the first index of the maximum, `jnp.argmax`'s: the first block reaching the max holds its first
+# occurrence, at its own first occurrence. (A NaN makes the maxima NaN and no compare true: the sentinel,
+# where argmax names the NaN; so the identity holds over the reals, and a proof using it says so.)
+
+_FINITE_ONLY = ("the proof took the distributed argmax (pmax of the blocks' maxima, pmin of the indices "
+                "where they are reached) for the first index of the maximum, which holds for finite values "
+                "(a NaN gives the sentinel instead)")
+
+
+def _max_of(t: Term, x: Term, dims: tuple[int, ...]) -> bool:
+    """`t` reduces `x` by max over `dims` from -inf."""
+    return (t.op == "reduce" and t.attr("reducer") == "max" and tuple(t.attr("dimensions")) == dims
+            and len(t.args) == 2 and t.args[0] is x and scalar_value(t.args[1]) == float("-inf"))
+
+
+def merge_argmax(terms: Terms, args: tuple[Term, ...], a: Mapping[str, Any], type: TensorType) -> Term | None:
+    """`min_k select(max(x_k) == max(x), k·b + argmax(x_k), BIG)` over the `n` blocks `x_k` of a vector
+    `x` → `argmax(x)` (the comment above), with `BIG` and the min's init at least `n·b`."""
+    if a.get("reducer") != "min" or tuple(a.get("dimensions") or ()) != (0,) or len(args) != 2 or type.rank:
+        return None
+    sel, init = args
+    if sel.op != "select" or sel.type.rank != 1:
+        return None
+    pred, picked, other = sel.args
+    n = sel.type.shape[0]
+    if pred.op != "compare" or pred.attr("comparison_direction") != "EQ" or picked.op != "add":
+        return None
+    lhs, rhs = pred.args
+    block_max, whole_max = (lhs, rhs) if rhs.op == "broadcast_in_dim" else (rhs, lhs)
+    if whole_max.op != "broadcast_in_dim" or block_max.op != "reduce" or not block_max.args:
+        return None
+    cut = block_max.args[0]
+    if cut.op != "reshape" or cut.type.rank != 2 or cut.type.shape[0] != n or cut.args[0].type.rank != 1:
+        return None
+    x, b = cut.args[0], cut.type.shape[1]
+    if not (_max_of(block_max, cut, (1,)) and _max_of(whole_max.args[0], x, (0,))):
+        return None
+    arg, offsets = picked.args if picked.args[1].op == "constant" else picked.args[::-1]
+    if (arg.op != "reduce" or arg.attr("computation") != "argmax" or arg.attr("index") != 1
+            or tuple(arg.attr("dimensions")) != (1,) or len(arg.args) != 4 or arg.args[0] is not cut):
+        return None
+    ids, v0, i0 = arg.args[1:]
+    line = terms.iota(1, TensorType((n, b), ids.type.dtype))
+    if ids is not line or scalar_value(v0) != float("-inf") or scalar_value(i0) != 0.0:
+        return None
+    big, floor = scalar_value(other), scalar_value(init)
+    if big is None or floor is None or min(big, floor) < n * b or not _block_offsets(offsets, n, 1, b):
+        return None
+    keys = tuple((k, (0,) if k == "dimensions" else v) for k, v in arg.attrs)
+    terms.notes.add(_FINITE_ONLY)
+    return terms.mk("reduce", (x, terms.iota(0, TensorType(x.type.shape, ids.type.dtype)), v0, i0), keys, type)

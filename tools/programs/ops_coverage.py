@@ -244,3 +244,21 @@ def odd_cols_body(x: jax.Array) -> jax.Array:
 
 def odd_cols_even_body(x: jax.Array) -> jax.Array:
     return x[:, ::2] * 2.0  # BUG: the even columns, where the reference takes the odd ones
+
+
+# ----------------------------------------------------- argmax over a split vocabulary by pmax and pmin
+
+
+def greedy_ref(logits: jax.Array) -> jax.Array:
+    """The greedy token of one position's logits."""
+    return jnp.argmax(logits).astype(jnp.int32)
+
+
+def greedy_body(logits: jax.Array) -> jax.Array:
+    """Vocab split over "x": the block's max and argmax, the global max by pmax, the smallest global index
+    among the blocks reaching it by pmin (the others offer a sentinel past the vocabulary)."""
+    local = jnp.max(logits)
+    best = lax.pmax(local, "x")
+    pos = lax.axis_index("x") * logits.shape[0] + jnp.argmax(logits).astype(jnp.int32)
+    return lax.pmin(jnp.where(local == best, pos, jnp.int32(2**30)), "x")
+
