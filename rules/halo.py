@@ -29,7 +29,7 @@ from scalify_hlo.ir.nodes import Literal, Op, TensorType
 from scalify_hlo.layout.groups import axis_shift, match_axis_index
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.terms.slicing import slice_along
-from scalify_hlo.terms.term import scalar_value
+from scalify_hlo.terms.term import Term, scalar_value
 
 _OPS = ("slice", "collective_permute", "concatenate", "select")
 # Ops whose own rules read a halo (the window ops) or pass it on untouched (tuples).
@@ -152,9 +152,7 @@ def _slice(ctx: Ctx, op: Op, f: Fact) -> tuple[Fact, ...] | None:
             gstart[d], glimit[d] = 0, base.term.type.shape[d]
     term = base.term
     if (gstart, glimit, strides) != ([0] * len(local), list(term.type.shape), [1] * len(local)):
-        gshape = tuple(-(-(hi - lo) // st) for lo, hi, st in zip(gstart, glimit, strides, strict=True))
-        attrs = (("limit_indices", tuple(glimit)), ("start_indices", tuple(gstart)), ("strides", tuple(strides)))
-        term = ctx.terms.apply("slice", (term,), attrs, TensorType(gshape, term.type.dtype))
+        term = _global_slice(ctx, term, gstart, glimit, strides)
     out = dataclasses.replace(h, base=Holds(term, base.layout, base.origin), origin=op)
     for d in cut:
         lo, hi = extent(h, d)
@@ -184,9 +182,14 @@ def _every_kth(ctx: Ctx, op: Op, h: Halo, cut: list[int], start: list[int], limi
     dims = base.layout.dims
     gstart = [first.get(d, 0 if dims[d] else start[d]) for d in range(len(local))]
     glimit = [term.type.shape[d] if dims[d] else limit[d] for d in range(len(local))]
-    gshape = tuple(-(-(hi - lo) // st) for lo, hi, st in zip(gstart, glimit, strides, strict=True))
-    attrs = (("limit_indices", tuple(glimit)), ("start_indices", tuple(gstart)), ("strides", tuple(strides)))
-    return Holds(ctx.terms.apply("slice", (term,), attrs, TensorType(gshape, term.type.dtype)), base.layout, op)
+    return Holds(_global_slice(ctx, term, gstart, glimit, strides), base.layout, op)
+
+
+def _global_slice(ctx: Ctx, term: Term, lo: list[int], hi: list[int], strides: list[int]) -> Term:
+    """`term[lo:hi:strides]`, the slice of the global tensor."""
+    shape = tuple(-(-(b - a) // st) for a, b, st in zip(lo, hi, strides, strict=True))
+    attrs = (("limit_indices", tuple(hi)), ("start_indices", tuple(lo)), ("strides", tuple(strides)))
+    return ctx.terms.apply("slice", (term,), attrs, TensorType(shape, term.type.dtype))
 
 
 def _settled(ctx: Ctx, h: Halo) -> Holds | None:

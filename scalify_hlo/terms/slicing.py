@@ -207,7 +207,7 @@ def _roll(t: Term) -> tuple[Term, int, int] | None:
     return x, d, s
 
 
-def _summands(t: Term, type: TensorType, args: tuple[Term, ...]) -> list[Term] | None:
+def _summands(type: TensorType, args: tuple[Term, ...]) -> list[Term] | None:
     """The summands of an `add` of `args` (nested adds of `type` flattened); None past `_ROLL_TERMS`."""
     leaves: list[Term] = []
     stack = list(args)
@@ -228,7 +228,7 @@ def sum_of_rolls(terms: Terms, args: tuple[Term, ...], type: TensorType) -> Term
     when no summands make such an orbit."""
     if not any(a.op == "concatenate" for a in args):
         return None
-    leaves = _summands(args[0], type, args)
+    leaves = _summands(type, args)
     if leaves is None:
         return None
     shifts: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (x, dim) -> (shift, summand)
@@ -268,7 +268,7 @@ def ring_gaps(t: Term) -> tuple[int, int, int, list[int]] | None:
     """(dim, block, blocks, missing shifts) when the summands of `t` (an `add` tree) are `x` and some of its
     cyclic shifts by multiples of one block along one dim, but not all of them: a ring all-reduce a step
     short, or one that adds a block twice. None otherwise."""
-    leaves = _summands(t, t.type, (t,))
+    leaves = _summands(t.type, (t,))
     if leaves is None:
         return None
     rolls = [r for u in leaves if (r := _roll(u)) is not None]
