@@ -28,6 +28,7 @@ from scalify_hlo.rules import algebra
 
 from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.nodes import ConvDims, Literal, TensorType
+from scalify_hlo.terms.blockwise import Normaliser
 from scalify_hlo.terms.evaluate import evaluate
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import Term
@@ -473,3 +474,88 @@ def test_argmax_from_block_maxima_is_the_first_index_of_the_maximum() -> None:
             env = {x.id: value}
             assert evaluate(canon, env) == evaluate(plain, env)
             assert big < n * b or evaluate(canon, env) == np.argmax(value)
+
+
+def _rw(terms: Terms, x: Term, d: int, reducer: str, prefix: bool) -> Term:
+    """The cumulative reduction of `x` along `d` (`jnp.cumsum`, `lax.cummax`, reversed with `prefix` off),
+    spelt as JAX lowers it: a reduce_window as long as the dim, padded on one side."""
+    n, rank = x.type.shape[d], x.type.rank
+    pad = np.zeros((rank, 2), np.int64)
+    pad[d] = (n - 1, 0) if prefix else (0, n - 1)
+    init = {"sum": 0.0, "max": -np.inf}[reducer]
+    ones = (1,) * rank
+    attrs = (("base_dilations", ones), ("padding", Literal(pad, "i64")), ("window_dilations", ones),
+             ("window_dimensions", tuple(n if k == d else 1 for k in range(rank))), ("window_strides", ones),
+             ("computation", reducer))
+    return terms.mk("reduce_window", (x, _scalar(terms, init, x.type.dtype)), attrs, x.type)
+
+
+def _scalar(terms: Terms, v: float, dtype: str) -> Term:
+    return terms.mk("constant", (), (("value", Literal(np.array(v, _np(dtype)), dtype)),), TensorType((), dtype))
+
+
+def _slice(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...], step: int = 1) -> Term:
+    shape = tuple(-(-(b - a) // step) for a, b in zip(lo, hi, strict=True))
+    return terms.mk("slice", (x,), (("limit_indices", hi), ("start_indices", lo), ("strides", (step,) * len(lo))),
+                    TensorType(shape, x.type.dtype))
+
+
+def _normalised_keeps_value(terms: Terms, plain: Term, env: dict[int, np.ndarray]) -> Term:
+    canon = Normaliser(terms)(plain)
+    np.testing.assert_allclose(evaluate(canon, env), evaluate(plain, env), rtol=1e-5, atol=1e-5)
+    return canon
+
+
+@pytest.mark.parametrize("reducer", ["sum", "max"])
+@pytest.mark.parametrize("prefix", [True, False])
+@pytest.mark.parametrize("d", [0, 1])
+def test_windows_of_cumulative_reductions_keep_values(reducer: str, prefix: bool, d: int) -> None:
+    """A window of a cumsum / cummax (either direction) is the window's own cumulative reduction combined
+    with the reduction of the rows before (after) it (`reduce_form.cumulative_slice`)."""
+    terms = Terms()
+    x = terms.mk("param", (), (("index", 0),), TensorType((8, 6), "f32"))
+    env = {x.id: np.random.default_rng(4).standard_normal((8, 6)).astype(np.float32)}
+    cum = _rw(terms, x, d, reducer, prefix)
+    n = x.type.shape[d]
+    for a, b in ((0, n), (0, 1), (1, 3), (2, n), (n - 1, n)):
+        lo = (a, 0) if d == 0 else (1, a)
+        hi = (b, 6) if d == 0 else (7, b)
+        canon = _normalised_keeps_value(terms, _slice(terms, cum, lo, hi), env)
+        if (a, b) != (0, n):  # split into the window's rows (and the rest's reduction); one row is itself
+            assert cum not in canon.args and ("reduce_window" in {t.op for t in canon.walk()}) == (b - a > 1)
+
+
+def test_masked_sums_rows_and_buffers_keep_values() -> None:
+    """Sums of a select by a constant mask along the summed dim, of a concatenation of single rows, of rows
+    added one at a time (contiguous, every s-th, a row twice), and a buffer written at constant offsets
+    (clamped as XLA clamps them): each normal form evaluates as the plain term."""
+    terms = Terms()
+    f32 = "f32"
+    x = terms.mk("param", (), (("index", 0),), TensorType((8, 4), f32))
+    env = {x.id: np.random.default_rng(5).standard_normal((8, 4)).astype(np.float32)}
+    zero = _scalar(terms, 0.0, f32)
+    zeros = terms.mk("broadcast_in_dim", (zero,), (("broadcast_dimensions", ()),), x.type)
+    sum0 = (("dimensions", (0,)), ("reducer", "sum"))
+    for bits in ([1, 1, 0, 0, 1, 0, 1, 1], [0] * 8, [1] * 8, [0, 1, 1, 1, 1, 1, 1, 0]):
+        mask = terms.mk("constant", (), (("value", Literal(np.repeat(np.array(bits, bool)[:, None], 4, 1), "i1")),),
+                        TensorType((8, 4), "i1"))
+        sel = terms.mk("select", (mask, x, zeros), (), x.type)
+        _normalised_keeps_value(terms, terms.mk("reduce", (sel, zero), sum0, TensorType((4,), f32)), env)
+    rows = [terms.mk("reshape", (terms.mk("reduce", (_slice(terms, x, (0, k), (8, k + 1)), zero), sum0,
+                                          TensorType((1,), f32)),), (), TensorType((1, 1), f32)) for k in range(4)]
+    cat = terms.mk("concatenate", tuple(rows), (("dimension", 0),), TensorType((4, 1), f32))
+    _normalised_keeps_value(terms, terms.mk("reduce", (cat, zero), sum0, TensorType((1,), f32)), env)
+    row_type = TensorType((1, 4), f32)
+    for order, merged in (([3, 0, 2, 1], True), ([1, 3, 5, 7], True), ([0, 2, 3], False), ([2, 2, 3], False)):
+        total = _slice(terms, x, (order[0], 0), (order[0] + 1, 4))
+        for k in order[1:]:
+            total = terms.mk("add", (total, _slice(terms, x, (k, 0), (k + 1, 4))), (), row_type)
+        canon = _normalised_keeps_value(terms, total, env)
+        assert (canon.op != "add") == merged
+    buf = zeros
+    for at, k in ((0, 5), (6, 1), (9, 2), (3, 0)):  # 9 is clamped to 7
+        upd = _slice(terms, x, (k, 0), (k + 1, 4))
+        i, j = (terms.mk("constant", (), (("value", Literal(np.array(v, np.int32), "i32")),), TensorType((), "i32"))
+                for v in (at, 0))
+        buf = terms.mk("dynamic_update_slice", (buf, upd, i, j), (), x.type)
+    _normalised_keeps_value(terms, buf, env)

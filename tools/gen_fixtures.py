@@ -1848,6 +1848,13 @@ fixture("oc_odd_cols_gspmd", "x[:, 1::2] of columns split over tp (2x4 mesh), GS
 fixture("oc_greedy_pmax_pmin_shard_map", "argmax of vocab-split logits by hand: the blocks' max and argmax, "
         "pmax of the maxima, pmin of the global indices where it is reached (correct)")(
     _oc_pair(OC.greedy_ref, OC.greedy_body, (64,), P("x"), P()))
+fixture("oc_prefix_sum_split_cols_shard_map", "cumsum along columns split over x: each block's cumsum plus the "
+        "totals of the blocks before it, gathered and masked by axis_index (correct)")(
+    _oc_pair(OC.prefix_sum_ref, OC.prefix_sum_body, (4, 32), P(None, "x")))
+fixture("oc_prefix_sum_inclusive_shard_map", "cumsum along split columns adding the totals of the blocks up to and "
+        "including its own")(_oc_pair(OC.prefix_sum_ref, OC.prefix_sum_inclusive_body, (4, 32), P(None, "x")))
+fixture("oc_scan_cumsum_rows_shard_map", "cumsum down the rows by lax.scan, columns split over x (correct)")(
+    _oc_pair(OC.rows_cumsum_ref, OC.scan_cumsum_body, (8, 32), P(None, "x")))
 
 
 @fixture("oc_group_argmax_gspmd", "argmax of each device's own column block returned per device, the shard_map "

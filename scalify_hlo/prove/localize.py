@@ -358,11 +358,18 @@ def _localize_blocks(j: int, ap: Program, ad: Deriver, norm: Normaliser) -> Find
         return _blocks_finding(j, hit[0], str(hit[1]), ap, ad, producer)
     if norm.first_failure is None:
         return None
-    a = norm.first_failure[0]
+    a, b = norm.first_failure
     target = norm(a)
     for op in ops:
         terms = ad.case_terms.get(op.results[0]) or []
-        if any(t is not None and (t is a or norm(t) is target) for t in terms):
+        hits = [c for c, t in enumerate(terms) if t is not None and (t is a or norm(t) is target)]
+        if hits:
+            if (extra := _extra_operand(op, hits[0], norm(b), case_term, norm, producer)) is not None:
+                site = Site.of(extra, _describe(_fact(ad, extra), ap))
+                reason = (f"output {j} differs from the reference: {_what(op)} ({Site.of(op).source}) combines the "
+                          f"reference's value with what {_what(extra)} ({site.source}) makes, which the reference "
+                          "does not add in there")
+                return Finding(reason, None, site, (Site.of(op),))
             source: Op | None = op
             while source is not None and source.opcode in _MOVEMENT and source.operands:
                 source = producer.get(source.operands[0])  # back through data movement to who made the data
@@ -381,6 +388,24 @@ def _localize_blocks(j: int, ap: Program, ad: Deriver, norm: Normaliser) -> Find
                       "are not those of the reference's values")
             return Finding(reason, None, site)
     return None
+
+
+def _extra_operand(op: Op, c: int, reference: Term, case_term: Callable[[Value, int], Term | None],
+                   norm: Normaliser, producer: dict[Value, Op]) -> Op | None:
+    """For `op` adding (subtracting, ...) two values of which one already is the reference's block, in
+    case `c`: the op making the other (through data movement), which the reference has no counterpart of."""
+    if op.opcode not in ("add", "subtract") or len(op.operands) != 2:
+        return None
+    got = [case_term(v, c) for v in op.operands]
+    if any(t is None for t in got):
+        return None
+    same = [norm(t) is reference for t in got if t is not None]
+    if same.count(True) != 1:
+        return None
+    source: Op | None = producer.get(op.operands[same.index(False)])
+    while source is not None and source.opcode in _MOVEMENT and source.operands:
+        source = producer.get(source.operands[0])
+    return source
 
 
 def _blocks_finding(j: int, op: Op, kind: str, ap: Program, ad: Deriver, producer: dict[Value, Op]) -> Finding:

@@ -47,6 +47,8 @@ def _compare(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bo
         return False
     if a.op == "reshape" and (taken := squeeze_units(terms, a)) is not None:
         return _equal(terms, norm, taken, b, depth - 1)
+    if a.op != "concatenate" and norm(a).op == "concatenate":
+        a = norm(a)  # blocks written into a buffer (dynamic_update_slice at constant offsets)
     if a.op == "concatenate" and b.op != "concatenate":
         d = int(a.attr("dimension"))
         start = 0

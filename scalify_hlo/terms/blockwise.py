@@ -35,7 +35,7 @@ from scalify_hlo.ops.elementwise import SHAPE_PRESERVING
 from scalify_hlo.terms import reduce_form
 from scalify_hlo.terms.joins import Joins, as_broadcast, block_order, broadcast, follow_dim, is_constant
 from scalify_hlo.terms.pushing import FOLD_LIMIT, constant_value, folded, push_slice
-from scalify_hlo.terms.slicing import window_along
+from scalify_hlo.terms.slicing import update_as_concatenate, window_along
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import AttrKey, Term, scalar_value
 
@@ -87,6 +87,8 @@ class Normaliser(Joins):
         linear_add = self.rules["add"]
         self.rules["add"] = lambda a, k, t: reduce_form.slice_sum(self.terms, a, t) or linear_add(a, k, t)
         self.rules["reduce"] = lambda a, k, t: reduce_form.reduce_rule(self.terms, a, k, t)
+        self.rules["reduce_window"] = lambda a, k, t: reduce_form.unit_window(a, k)
+        self.rules["dynamic_update_slice"] = lambda a, k, t: update_as_concatenate(self.terms, a, t)
         self.rules["select"] = lambda a, k, t: reduce_form.select_bool(self.terms, a, t)
         self.rules["compare"] = lambda a, k, t: reduce_form.count_positive(self.terms, a, k, t)
 
@@ -103,8 +105,8 @@ class Normaliser(Joins):
         elif t.args:
             args = tuple(self(a) for a in t.args)
             r = self.rewrite(t.op, args, t.attrs, t.type)
-            if r is not t and r.id not in self.memo:
-                r = self(r)
+            if r is not t:
+                r = self(r)  # a memo hit when `r` was met before
         self.memo[t.id] = r
         self.memo[r.id] = r
         return r
@@ -132,10 +134,16 @@ class Normaliser(Joins):
 
     # -- slices -------------------------------------------------------------------------------------
     def _slice(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
-        """A slice that reaches into a concatenation (a piece another device sent) is moved inward."""
+        """A slice of a cumulative reduction is the reduction of the rows it covers (`reduce_form`); a slice
+        that reaches into a concatenation (a piece another device sent) or a select by a constant mask (rows
+        a buffer was written with) is moved inward."""
         (x,) = args
         a = dict(attrs)
-        if any(s != 1 for s in a.get("strides") or ()) or not _reads_concat(x):
+        if any(s != 1 for s in a.get("strides") or ()):
+            return None
+        if (part := reduce_form.cumulative_slice(self.terms, x, a["start_indices"], a["limit_indices"])) is not None:
+            return part
+        if not _reads_concat(x) and not (x.op == "select" and is_constant(x.args[0])):
             return None
         moved = push_slice(self.terms, x, tuple(a["start_indices"]), tuple(a["limit_indices"]))
         return None if moved.op == "slice" and moved.args == (x,) else moved
@@ -185,6 +193,7 @@ class Normaliser(Joins):
                     _accumulate(form, atom, s * c)
             atoms = [(t, c) for t, c in form.values() if c != 0]
             positive = [t for t, c in atoms if c > 0 for _ in range(c)]
+            positive = reduce_form.merge_rows(self.terms, positive) or positive
             for kind in ("sum", "dot"):
                 merged = self._merge_sums(positive, kind)
                 if merged is not None:

@@ -11,6 +11,10 @@ shift (`concatenate(x[L-s:], x[:L-s])`, a ring's ppermute) is one shift. A sum o
 multiples of a block (a ring all-reduce: each device adds the blocks passed round) is then, on every
 block, the sum of `x`'s blocks: the tiling of that sum (`sum_of_rolls`; exact on integers, a reassociation
 over the reals).
+
+A dynamic_update_slice at constant offsets of a window that spans the other dims whole (an unrolled scan
+writing its rows into a buffer) is the concatenate of the buffer's rows before the window, the update and
+the rows after it (`update_as_concatenate`).
 """
 
 from __future__ import annotations
@@ -374,3 +378,20 @@ def _constant_ints(t: Term) -> list[int] | None:
         lit = t.attr("value")
         return [int(e) for e in lit.array.reshape(-1)]
     return None
+
+
+def update_as_concatenate(terms: Terms, args: tuple[Term, ...], type: TensorType) -> Term | None:
+    """`dynamic_update_slice(x, u, offsets)` at constant offsets, `u` whole along all dims but one, as
+    `concatenate(x[:a], u, x[a+m:])` along that dim (offsets clamped into range, as XLA does)."""
+    x, u, *offsets = args
+    at = [scalar_value(o) for o in offsets]
+    partial = [d for d in range(type.rank) if u.type.shape[d] != type.shape[d]]
+    if any(v is None for v in at) or len(partial) > 1:
+        return None
+    if not partial:
+        return u
+    (d,) = partial
+    m, n = u.type.shape[d], type.shape[d]
+    a = min(max(int(at[d]), 0), n - m)  # type: ignore[arg-type]
+    pieces = [p for p in (slice_along(terms, x, d, 0, a), u, slice_along(terms, x, d, a + m, n)) if p.type.shape[d]]
+    return terms.apply("concatenate", tuple(pieces), (("dimension", d),), type)

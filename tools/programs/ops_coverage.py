@@ -262,3 +262,36 @@ def greedy_body(logits: jax.Array) -> jax.Array:
     pos = lax.axis_index("x") * logits.shape[0] + jnp.argmax(logits).astype(jnp.int32)
     return lax.pmin(jnp.where(local == best, pos, jnp.int32(2**30)), "x")
 
+
+
+# ------------------------------------------------- a cumsum along a split dim, block by block, and by scan
+
+
+def prefix_sum_ref(x: jax.Array) -> jax.Array:
+    return jnp.cumsum(x, axis=1)
+
+
+def prefix_sum_body(x: jax.Array) -> jax.Array:
+    """Columns split over "x": each block's own cumsum plus the totals of the blocks before it (the
+    blocks' totals gathered, masked by the device's index)."""
+    totals = lax.all_gather(x.sum(axis=1), "x", axis=1)  # [rows, devices]
+    before = jnp.where(jnp.arange(N) < lax.axis_index("x"), totals, 0.0).sum(axis=1, keepdims=True)
+    return jnp.cumsum(x, axis=1) + before
+
+
+def prefix_sum_inclusive_body(x: jax.Array) -> jax.Array:
+    totals = lax.all_gather(x.sum(axis=1), "x", axis=1)
+    before = jnp.where(jnp.arange(N) <= lax.axis_index("x"), totals, 0.0).sum(axis=1, keepdims=True)  # BUG: own block
+    return jnp.cumsum(x, axis=1) + before
+
+
+def scan_cumsum_body(x: jax.Array) -> jax.Array:
+    """Columns split over "x", cumsum down the rows (a dim every device holds whole) by a scan."""
+    def step(c: jax.Array, row: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return c + row, c + row
+
+    return lax.scan(step, jnp.zeros_like(x[0]), x)[1]
+
+
+def rows_cumsum_ref(x: jax.Array) -> jax.Array:
+    return jnp.cumsum(x, axis=0)
