@@ -222,6 +222,9 @@ def _render_axes(names: Sequence[str], mesh: Mesh | None) -> list[str]:
             for b, p, s in parts]
 
 
+_NORMAL_LAYOUTS: set[tuple[object, object]] = set()  # (dims, partial) of layouts built normal and valid
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """How a global tensor lives on devices: per dim the mesh axes splitting it (major → minor), the axes
@@ -231,7 +234,13 @@ class Layout:
     partial: tuple[tuple[str, Reducer], ...] = ()
 
     def __post_init__(self) -> None:
-        # (Built tens of thousands of times per program: normalise only what is not normal yet.)
+        # (Built tens of thousands of times per program, from a few hundred distinct values: those seen
+        # normal and valid are known by their hash; only the others are normalised and checked.)
+        try:
+            if (self.dims, self.partial) in _NORMAL_LAYOUTS:
+                return
+        except TypeError:  # lists: not normal yet
+            pass
         dims = self.dims
         if type(dims) is not tuple or any(type(d) is not tuple for d in dims):
             object.__setattr__(self, "dims", dims := tuple(tuple(d) for d in dims))
@@ -243,6 +252,7 @@ class Layout:
         if len(used) > 1 and len(set(used)) != len(used):
             raise ShardingError(None, f"layout {self.describe()} uses a mesh axis twice; expected each axis "
                                 "at most once across the dims and the partial set")
+        _NORMAL_LAYOUTS.add((dims, partial))
 
     @staticmethod
     def replicated(rank: int) -> Layout:

@@ -10,8 +10,10 @@ no `Discrepancy` is reported, come from `evidence.py`; the options are in `optio
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +67,25 @@ def load(source: str | Path | Module) -> Module:
 
 def prove(before: str | Path | Module, after: str | Path | Module, options: Options | None = None) -> Report:
     """Prove `after` (partitioned HLO or shard_map StableHLO) equivalent to the single-device `before`."""
+    with _rare_young_collections():
+        return _prove(before, after, options)
+
+
+@contextmanager
+def _rare_young_collections() -> Iterator[None]:
+    """The garbage collector's youngest generation collected every 100,000 allocations instead of 700,
+    then restored: a proof allocates millions of small objects (ops, terms, facts) that live to the end and
+    hold no cycles, and each collection scanning them is time lost (17% of a 405B forward pass, measured;
+    the same peak memory)."""
+    young, *older = gc.get_threshold()
+    gc.set_threshold(max(young, 100_000), *older)
+    try:
+        yield
+    finally:
+        gc.set_threshold(young, *older)
+
+
+def _prove(before: str | Path | Module, after: str | Path | Module, options: Options | None) -> Report:
     opts = options or Options()
     started = time.perf_counter()
     timings: dict[str, float] = {}
