@@ -28,6 +28,7 @@ from scalify_hlo.rules import algebra
 
 from scalify_hlo.ir.dtypes import numpy_dtype
 from scalify_hlo.ir.nodes import ConvDims, Literal, TensorType
+from scalify_hlo.terms import unroll
 from scalify_hlo.terms.blockwise import Normaliser
 from scalify_hlo.terms.evaluate import evaluate
 from scalify_hlo.terms.table import Terms
@@ -559,3 +560,28 @@ def test_masked_sums_rows_and_buffers_keep_values() -> None:
                 for v in (at, 0))
         buf = terms.mk("dynamic_update_slice", (buf, upd, i, j), (), x.type)
     _normalised_keeps_value(terms, buf, env)
+
+
+def test_a_map_loop_unrolled_keeps_its_value() -> None:
+    """`lax.map`'s loop (row i sliced, transformed, written into row i of a buffer) unrolled in the blockwise
+    normal form (`unroll.unrolled`, dynamic slices and updates at constant offsets as slices and
+    concatenates) evaluates as the loop; a loop longer than the unrolling limit stays a loop."""
+    terms = Terms()
+    f32, i32 = "f32", "i32"
+    for rows, unrolled in ((4, True), (unroll.TRIPS + 1, False)):
+        x = terms.mk("param", (), (("index", 0),), TensorType((rows, 3), f32))
+        env = {x.id: np.random.default_rng(6).standard_normal((rows, 3)).astype(np.float32)}
+        i0, one, n, zero = (_scalar(terms, v, i32) for v in (0, 1, rows, 0))
+        buf0 = terms.mk("broadcast_in_dim", (_scalar(terms, 0.0, f32),), (("broadcast_dimensions", ()),), x.type)
+        vi = terms.fresh("i", TensorType((), i32))
+        vbuf = terms.fresh("buf", x.type)
+        cond = terms.mk("compare", (vi, n), (("comparison_direction", "LT"),), TensorType((), "i1"))
+        row_t = TensorType((1, 3), f32)
+        row = terms.mk("dynamic_slice", (x, vi, zero), (("slice_sizes", (1, 3)),), row_t)
+        two = terms.mk("broadcast_in_dim", (_scalar(terms, 2.0, f32),), (("broadcast_dimensions", ()),), row_t)
+        done = terms.mk("multiply", (terms.mk("exponential", (row,), (), row_t), two), (), row_t)
+        bodies = (terms.mk("add", (vi, one), (), vi.type), terms.mk("dynamic_update_slice", (vbuf, done, vi, zero), (),
+                                                                   x.type))
+        loop = terms.mk("loop", (i0, buf0, vi, vbuf, cond, *bodies), (("carried", 2), ("index", 1)), x.type)
+        canon = _normalised_keeps_value(terms, loop, env)
+        assert (canon.op != "loop") == unrolled

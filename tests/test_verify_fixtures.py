@@ -22,8 +22,6 @@ FIXTURES = fixtures()
 BY_NAME = {f.name: f for f in FIXTURES}
 
 LIMITS: dict[str, str] = {
-    "loc_loop_scale_shard_map": "a fori_loop followed by per-device column offsets (iota + axis_index): the case "
-                                "split does not follow the loop ('from add on, the blocks are not those')",
     "conv_halo_ppermute_wrong_way_shard_map": "found (a counterexample), but named in the ppermute helper both "
                                               "halo rows go through (line 128), not at the call passing the wrong "
                                               "shift (142)",

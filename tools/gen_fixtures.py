@@ -1855,6 +1855,10 @@ fixture("oc_prefix_sum_inclusive_shard_map", "cumsum along split columns adding 
         "including its own")(_oc_pair(OC.prefix_sum_ref, OC.prefix_sum_inclusive_body, (4, 32), P(None, "x")))
 fixture("oc_scan_cumsum_rows_shard_map", "cumsum down the rows by lax.scan, columns split over x (correct)")(
     _oc_pair(OC.rows_cumsum_ref, OC.scan_cumsum_body, (8, 32), P(None, "x")))
+fixture("oc_lax_map_rows_shard_map", "lax.map over rows split over x: each device's loop over its rows "
+        "against the reference's loop over all (correct)")(_oc_pair(OC.map_rows, OC.map_rows, (16, 8), ROWS))
+fixture("oc_lax_map_rows_max_shard_map", "lax.map over split rows adding the row max where the reference adds "
+        "the row sum")(_oc_pair(OC.map_rows, OC.map_rows_body_shifted, (16, 8), ROWS))
 
 
 @fixture("oc_group_argmax_gspmd", "argmax of each device's own column block returned per device, the shard_map "

@@ -32,10 +32,10 @@ import numpy as np
 
 from scalify_hlo.ir.nodes import DotDims, TensorType
 from scalify_hlo.ops.elementwise import SHAPE_PRESERVING
-from scalify_hlo.terms import reduce_form
+from scalify_hlo.terms import reduce_form, unroll
 from scalify_hlo.terms.joins import Joins, as_broadcast, block_order, broadcast, follow_dim, is_constant
 from scalify_hlo.terms.pushing import FOLD_LIMIT, constant_value, folded, push_slice
-from scalify_hlo.terms.slicing import update_as_concatenate, window_along
+from scalify_hlo.terms.slicing import dynamic_as_slice, update_as_concatenate, window_along
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import AttrKey, Term, scalar_value
 
@@ -89,6 +89,8 @@ class Normaliser(Joins):
         self.rules["reduce"] = lambda a, k, t: reduce_form.reduce_rule(self.terms, a, k, t)
         self.rules["reduce_window"] = lambda a, k, t: reduce_form.unit_window(a, k)
         self.rules["dynamic_update_slice"] = lambda a, k, t: update_as_concatenate(self.terms, a, t)
+        self.rules["dynamic_slice"] = lambda a, k, t: dynamic_as_slice(self.terms, a, t)
+        self.rules["loop"] = lambda a, k, t: unroll.unrolled(self.terms, self.terms.mk("loop", a, k, t), self)
         self.rules["select"] = lambda a, k, t: reduce_form.select_bool(self.terms, a, t)
         self.rules["compare"] = lambda a, k, t: reduce_form.count_positive(self.terms, a, k, t)
 
@@ -136,14 +138,16 @@ class Normaliser(Joins):
     def _slice(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
         """A slice of a cumulative reduction is the reduction of the rows it covers (`reduce_form`); a slice
         that reaches into a concatenation (a piece another device sent) or a select by a constant mask (rows
-        a buffer was written with) is moved inward."""
+        a buffer was written with), or an elementwise op with a constant operand (whose slice folds) is
+        moved inward."""
         (x,) = args
         a = dict(attrs)
         if any(s != 1 for s in a.get("strides") or ()):
             return None
         if (part := reduce_form.cumulative_slice(self.terms, x, a["start_indices"], a["limit_indices"])) is not None:
             return part
-        if not _reads_concat(x) and not (x.op == "select" and is_constant(x.args[0])):
+        if not _reads_concat(x) and not (x.op == "select" and is_constant(x.args[0])) and not (
+                x.op in SHAPE_PRESERVING and any(is_constant(a) and scalar_value(a) is None for a in x.args)):
             return None
         moved = push_slice(self.terms, x, tuple(a["start_indices"]), tuple(a["limit_indices"]))
         return None if moved.op == "slice" and moved.args == (x,) else moved

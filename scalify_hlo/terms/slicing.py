@@ -14,7 +14,8 @@ over the reals).
 
 A dynamic_update_slice at constant offsets of a window that spans the other dims whole (an unrolled scan
 writing its rows into a buffer) is the concatenate of the buffer's rows before the window, the update and
-the rows after it (`update_as_concatenate`).
+the rows after it (`update_as_concatenate`); a dynamic_slice at constant offsets is a slice
+(`dynamic_as_slice`).
 """
 
 from __future__ import annotations
@@ -395,3 +396,14 @@ def update_as_concatenate(terms: Terms, args: tuple[Term, ...], type: TensorType
     a = min(max(int(at[d]), 0), n - m)  # type: ignore[arg-type]
     pieces = [p for p in (slice_along(terms, x, d, 0, a), u, slice_along(terms, x, d, a + m, n)) if p.type.shape[d]]
     return terms.apply("concatenate", tuple(pieces), (("dimension", d),), type)
+
+
+def dynamic_as_slice(terms: Terms, args: tuple[Term, ...], type: TensorType) -> Term | None:
+    """`dynamic_slice(x, offsets)` at constant offsets as the slice it reads (offsets clamped into range,
+    as XLA does)."""
+    x, *offsets = args
+    at = [scalar_value(o) for o in offsets]
+    if any(v is None for v in at) or len(at) != x.type.rank:
+        return None
+    lo = tuple(min(max(int(v), 0), n - m) for v, n, m in zip(at, x.type.shape, type.shape, strict=True))  # type: ignore[arg-type]
+    return slice_of(terms, x, lo, tuple(a + m for a, m in zip(lo, type.shape, strict=True)))

@@ -295,3 +295,16 @@ def scan_cumsum_body(x: jax.Array) -> jax.Array:
 
 def rows_cumsum_ref(x: jax.Array) -> jax.Array:
     return jnp.cumsum(x, axis=0)
+
+
+# ------------------------------------------------------------------ lax.map over a split batch dim
+
+
+def map_rows(x: jax.Array) -> jax.Array:
+    """A per-row function by `lax.map` (a while loop writing each row into a buffer): rows split over "x",
+    each device maps over its own rows."""
+    return lax.map(lambda r: jnp.tanh(r) * 2.0 + r.sum(), x)
+
+
+def map_rows_body_shifted(x: jax.Array) -> jax.Array:
+    return lax.map(lambda r: jnp.tanh(r) * 2.0 + r.max(), x)  # BUG: max where the reference sums the row
