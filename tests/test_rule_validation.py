@@ -585,3 +585,46 @@ def test_a_map_loop_unrolled_keeps_its_value() -> None:
         loop = terms.mk("loop", (i0, buf0, vi, vbuf, cond, *bodies), (("carried", 2), ("index", 1)), x.type)
         canon = _normalised_keeps_value(terms, loop, env)
         assert (canon.op != "loop") == unrolled
+
+
+@pytest.mark.parametrize("rows", [[2, 4, 3, 1, 0], [0, 1, 2], [3, 3, 9, -2], [1, 2, 4, 0]])
+@pytest.mark.parametrize("k", [0, 1])
+def test_a_take_at_constant_indices_keeps_its_value(rows: list[int], k: int) -> None:
+    """`jnp.take(x, rows, axis=k)`'s gather is the concatenate of those rows (`slicing.take_as_concatenate`):
+    permutations, repeats, runs merged into one slice, and indices out of range clamped as XLA does."""
+    from scalify_hlo.ir.nodes import GatherDims
+
+    terms = Terms()
+    x = terms.mk("param", (), (("index", 0),), TensorType((5, 6), "f32"))
+    env = {x.id: np.random.default_rng(8).standard_normal((5, 6)).astype(np.float32)}
+    idx_lit = Literal(np.array(rows, np.int32).reshape(-1, 1), "i32")
+    idx = terms.mk("constant", (), (("value", idx_lit),), TensorType((len(rows), 1), "i32"))
+    dn = GatherDims(offset_dims=(1 - k,), collapsed_slice_dims=(k,), operand_batching_dims=(),
+                    start_indices_batching_dims=(), start_index_map=(k,), index_vector_dim=1)
+    sizes = (1, 6) if k == 0 else (5, 1)
+    shape = (len(rows), 6) if k == 0 else (5, len(rows))
+    attrs = (("dimension_numbers", dn), ("indices_are_sorted", False), ("slice_sizes", sizes))
+    plain = terms.mk("gather", (x, idx), attrs, TensorType(shape, "f32"))
+    canon = terms.apply("gather", (x, idx), attrs, plain.type)
+    assert canon.op in ("concatenate", "slice", "param")
+    np.testing.assert_array_equal(evaluate(canon, env), evaluate(plain, env))
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0, 4), (2, 6), (5, 7), (1, 12), (3, 4)])
+@pytest.mark.parametrize("d", [0, 1])
+def test_a_window_of_a_tiling_keeps_its_value(lo: int, hi: int, d: int) -> None:
+    """A slice of `jnp.tile(x, 3)` (a traced roll's doubled operand) is the rows of `x` it covers: one slice
+    within a copy, the concatenate of pieces across copies (`slicing.slice_of_tile`)."""
+    terms = Terms()
+    x = terms.mk("param", (), (("index", 0),), TensorType((4, 4), "f32"))
+    env = {x.id: np.random.default_rng(9).standard_normal((4, 4)).astype(np.float32)}
+    tiled = terms.tile(x, d, 3)
+    assert tiled.op == "reshape"
+    start = tuple(lo if i == d else 1 for i in range(2))
+    limit = tuple(hi if i == d else 3 for i in range(2))
+    plain = _slice(terms, tiled, start, limit)
+    canon = terms.apply("slice", (tiled,), (("limit_indices", limit), ("start_indices", start), ("strides", (1, 1))),
+                        plain.type)
+    assert canon.op in ("slice", "concatenate")
+    assert all(t.op == "slice" and t.args[0] is x for t in (canon.args if canon.op == "concatenate" else (canon,)))
+    np.testing.assert_array_equal(evaluate(canon, env), evaluate(plain, env))

@@ -3,12 +3,13 @@
 `equal` says two terms are equal when their normal forms (`blockwise.Normaliser`) are; or, where the
 after term concatenates blocks (one per case of a case split, one per expert block an all_to_all brought
 back), when each block equals that block of the reference (`pushing.push_slice`); or when they are the
-same op on operands equal in turn (congruence). It never makes two different values equal; when it
+same op on operands equal in turn (congruence; either pairing for a commutative op's two operands). It never makes two different values equal; when it
 cannot decide (out of fuel or depth, a shape it does not expect) it says not proven.
 """
 
 from __future__ import annotations
 
+from scalify_hlo.ops.elementwise import COMMUTATIVE
 from scalify_hlo.terms.blockwise import GAVE_UP, Normaliser
 from scalify_hlo.terms.pushing import push_slice, squeeze_units
 from scalify_hlo.terms.slicing import window_along
@@ -62,7 +63,16 @@ def _compare(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bo
     # Congruence: the same op on equal operands (each pair compared the same way).
     na, nb = norm(a), norm(b)
     if na.op == nb.op and na.attrs == nb.attrs and len(na.args) == len(nb.args) and na.args:
-        return all(_equal(terms, norm, x, y, depth - 1) for x, y in zip(na.args, nb.args, strict=True))
+        failure = norm.first_failure
+        if all(_equal(terms, norm, x, y, depth - 1) for x, y in zip(na.args, nb.args, strict=True)):
+            return True
+        # Operands of a commutative op are ordered by term id, and the blocks of one side are terms made
+        # in another order than the other side's: the crossed pairing is as good.
+        if na.op in COMMUTATIVE and len(na.args) == 2 and all(
+                _equal(terms, norm, x, y, depth - 1) for x, y in zip(na.args, reversed(nb.args), strict=True)):
+            norm.first_failure = failure
+            return True
+        return False
     if norm.first_failure is None:
         norm.first_failure = (a, b)
     return False

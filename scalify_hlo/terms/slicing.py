@@ -407,3 +407,59 @@ def dynamic_as_slice(terms: Terms, args: tuple[Term, ...], type: TensorType) -> 
         return None
     lo = tuple(min(max(int(v), 0), n - m) for v, n, m in zip(at, x.type.shape, type.shape, strict=True))  # type: ignore[arg-type]
     return slice_of(terms, x, lo, tuple(a + m for a, m in zip(lo, type.shape, strict=True)))
+
+
+def take_as_concatenate(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    """A gather of whole slices at constant indices along one dim (`jnp.take(x, [2, 0, 1], axis=k)`, an
+    index permutation) as the concatenate of those rows of `x` (indices clamped into range, as XLA does;
+    consecutive rows as one slice). Only the spelling whose gathered dim stays where it was."""
+    x, idx = args
+    dn = a.get("dimension_numbers")
+    sizes = a.get("slice_sizes")
+    if dn is None or sizes is None or dn.operand_batching_dims or len(dn.start_index_map) != 1:
+        return None
+    (k,) = dn.start_index_map
+    while idx.op == "reshape":
+        (idx,) = idx.args
+    if dn.collapsed_slice_dims != (k,) or idx.op != "constant" or not idx.type.dtype.startswith(("i", "ui")):
+        return None
+    rows = [min(max(int(v), 0), x.type.shape[k] - 1) for v in idx.attr("value").array.reshape(-1)]
+    whole = tuple(1 if d == k else n for d, n in enumerate(x.type.shape))
+    offset = tuple(d for d in range(type.rank) if d != k)
+    if tuple(sizes) != whole or tuple(dn.offset_dims) != offset or type.shape[k] != len(rows) or len(rows) > 64:
+        return None
+    runs: list[list[int]] = []  # [first row, end) of consecutive rows
+    for r in rows:
+        if runs and runs[-1][1] == r:
+            runs[-1][1] = r + 1
+        else:
+            runs.append([r, r + 1])
+    parts = tuple(slice_along(terms, x, k, lo, hi) for lo, hi in runs)
+    return parts[0] if len(parts) == 1 else terms.apply("concatenate", parts, (("dimension", k),), type)
+
+
+def slice_of_tile(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]) -> Term | None:
+    """A window of `tile(s, d, n)` (`jnp.tile`'s broadcast-and-merge, as a roll by a traced shift reads
+    `x` twice over) as the rows of `s` it covers: one slice of `s` within a copy, or the concatenate of
+    the pieces of the copies it spans (a rotation of `s`)."""
+    if x.op != "reshape" or x.args[0].op != "broadcast_in_dim":
+        return None
+    wide, shape = x.args[0].type.shape, x.type.shape
+    if len(wide) != len(shape) + 1:
+        return None
+    d = next((i for i in range(len(shape)) if wide[i] != shape[i]), len(shape) - 1)
+    if wide[:d] != shape[:d] or wide[d + 2:] != shape[d + 1:] or wide[d] * wide[d + 1] != shape[d]:
+        return None
+    n, m = wide[d], wide[d + 1]
+    s = terms.untile(x, d, n)
+    if s is None:
+        return None
+    pieces = []
+    for c in range(lo[d] // m, -(-hi[d] // m)):
+        a, b = max(lo[d], c * m) - c * m, min(hi[d], (c + 1) * m) - c * m
+        pieces.append(slice_of(terms, s, tuple(a if i == d else v for i, v in enumerate(lo)),
+                               tuple(b if i == d else v for i, v in enumerate(hi))))
+    if len(pieces) == 1:
+        return pieces[0]
+    out = tuple(h - v for v, h in zip(lo, hi, strict=True))
+    return terms.apply("concatenate", tuple(pieces), (("dimension", d),), TensorType(out, x.type.dtype))

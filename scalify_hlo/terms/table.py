@@ -296,7 +296,7 @@ def _slice(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tensor
         lo, hi = tuple(a["start_indices"]), tuple(a["limit_indices"])
         if x.op == "concatenate":
             return slicing.slice_of_concatenate(terms, x, lo, hi)
-        return slicing.slice_of_pad(terms, x, lo, hi)
+        return slicing.slice_of_pad(terms, x, lo, hi) or slicing.slice_of_tile(terms, x, lo, hi)
     return None
 
 
@@ -497,7 +497,8 @@ def _concatenate(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: 
 
 
 def _gather(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
-    return topk.merge_indices(terms, args, a, type) or ranges.fold_gather_clamp(terms, args, a, type)
+    return (topk.merge_indices(terms, args, a, type) or ranges.fold_gather_clamp(terms, args, a, type)
+            or slicing.take_as_concatenate(terms, args, a, type))
 
 
 _CANON = {
