@@ -628,3 +628,22 @@ def test_a_window_of_a_tiling_keeps_its_value(lo: int, hi: int, d: int) -> None:
     assert canon.op in ("slice", "concatenate")
     assert all(t.op == "slice" and t.args[0] is x for t in (canon.args if canon.op == "concatenate" else (canon,)))
     np.testing.assert_array_equal(evaluate(canon, env), evaluate(plain, env))
+
+
+@pytest.mark.parametrize(("windows", "whole"), [(((0, 3), (3, 6)), True), (((0, 2), (2, 5)), False),
+                                                (((4, 6), (0, 4)), True)])
+def test_sums_over_all_dims_of_blocks_merge(windows: tuple[tuple[int, int], ...], whole: bool) -> None:
+    """Sums over every dim of column blocks of one tensor (a psum of local totals) merge into the sum over
+    their concatenation, which is the whole tensor's sum when the blocks tile it (`blockwise._split_dim`)."""
+    terms = Terms()
+    x = terms.mk("param", (), (("index", 0),), TensorType((4, 6), "f32"))
+    env = {x.id: np.random.default_rng(10).standard_normal((4, 6)).astype(np.float32)}
+    zero = _scalar(terms, 0.0, "f32")
+    total: Term | None = None
+    for a, b in windows:
+        part = terms.mk("reduce", (_slice(terms, x, (0, a), (4, b)), zero),
+                        (("dimensions", (0, 1)), ("reducer", "sum")), TensorType((), "f32"))
+        total = part if total is None else terms.mk("add", (total, part), (), part.type)
+    assert total is not None
+    canon = _normalised_keeps_value(terms, total, env)
+    assert (canon.op == "reduce" and canon.args[0] is x) == whole

@@ -172,18 +172,23 @@ class Normaliser(Joins):
         return out
 
     def _merge_reductions(self, atoms: list[Term], reducer: str) -> list[Term] | None:
-        """Reductions over one dim of same-shaped operands, merged into one reduction of their
-        concatenation (blocks sorted by origin); None if there is nothing to merge."""
-        grouped = _groups(atoms, lambda a: (a.attrs, a.type, a.args[1].id) if _single_reduce(a, reducer) else None)
+        """Reductions of same-shaped operands (but along the dim they are blocks of), merged into one
+        reduction of their concatenation (blocks sorted by origin); None if there is nothing to merge."""
+        grouped = _groups(atoms, lambda a: (a.attrs, a.type, a.args[1].id) if _reduction(a, reducer) else None)
         if grouped is None:
             return None
         out, groups = grouped
+        changed = False
         for g in groups:
-            (d,) = g[0].attr("dimensions")
+            d = _split_dim(g)
+            if d is None:
+                out.extend(g)
+                continue
+            changed = True
             pieces = sorted((p for r in g for p in self._split(r.args[0], d)), key=lambda x: block_order(x, d))
             whole = self.merged(pieces, d)
             out.append(self.make("reduce", (whole, g[0].args[1]), g[0].attrs, g[0].type))
-        return out
+        return out if changed else None
 
     # -- sums ----------------------------------------------------------------------------------------
     def _linear_rule(self, op: str) -> Rule:
@@ -489,9 +494,27 @@ def _with_dims(attrs: AttrKey, dims: DotDims) -> AttrKey:
     return tuple((k, dims if k == "dot_dimension_numbers" else v) for k, v in attrs)
 
 
+def _reduction(t: Term, reducer: str) -> bool:
+    return t.op == "reduce" and len(t.args) == 2 and t.attr("reducer") == reducer
+
+
 def _single_reduce(t: Term, reducer: str) -> bool:
-    return (t.op == "reduce" and len(t.args) == 2 and t.attr("reducer") == reducer
-            and len(t.attr("dimensions")) == 1)
+    return _reduction(t, reducer) and len(t.attr("dimensions")) == 1
+
+
+def _split_dim(group: list[Term]) -> int | None:
+    """The reduced dim along which the reductions' operands are blocks of one another: the only one for a
+    reduction over one dim; over several (a psum of a sum over all dims), the one dim along which the
+    blocks start at different rows (None when that is not exactly one dim)."""
+    dims = tuple(group[0].attr("dimensions"))
+    if len(dims) == 1:
+        return dims[0]
+    varying = [d for d in dims if len({block_order(r.args[0], d) for r in group}) > 1]
+    if len(varying) != 1:
+        return None
+    (d,) = varying
+    shapes = {tuple(n for k, n in enumerate(r.args[0].type.shape) if k != d) for r in group}
+    return d if len(shapes) == 1 else None
 
 
 def _flatten(t: Term, op: str) -> list[Term]:
