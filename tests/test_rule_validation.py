@@ -634,7 +634,7 @@ def test_a_window_of_a_tiling_keeps_its_value(lo: int, hi: int, d: int) -> None:
                                                 (((4, 6), (0, 4)), True)])
 def test_sums_over_all_dims_of_blocks_merge(windows: tuple[tuple[int, int], ...], whole: bool) -> None:
     """Sums over every dim of column blocks of one tensor (a psum of local totals) merge into the sum over
-    their concatenation, which is the whole tensor's sum when the blocks tile it (`blockwise._split_dim`)."""
+    their concatenation, which is the whole tensor's sum when the blocks tile it (`merge_parts.split_dim`)."""
     terms = Terms()
     x = terms.mk("param", (), (("index", 0),), TensorType((4, 6), "f32"))
     env = {x.id: np.random.default_rng(10).standard_normal((4, 6)).astype(np.float32)}
@@ -647,3 +647,34 @@ def test_sums_over_all_dims_of_blocks_merge(windows: tuple[tuple[int, int], ...]
     assert total is not None
     canon = _normalised_keeps_value(terms, total, env)
     assert (canon.op == "reduce" and canon.args[0] is x) == whole
+
+
+def test_permuted_blocks_masked_and_reduced_keep_values() -> None:
+    """A ppermute that leaves one device without a block, against a take masked to zero there: a select by
+    a constant mask of a concatenation is the concatenation of the runs it keeps and drops
+    (`reduce_form.select_runs`); a reduction of a concatenation is that of its blocks in order, zeros left
+    out (`Normaliser.reordered`); rows of `x.reshape(6, 2)` are a range of `x` (`movement.slice_of_split`)."""
+    terms = Terms()
+    x = terms.mk("param", (), (("index", 0),), TensorType((12,), "f32"))
+    env = {x.id: np.random.default_rng(11).standard_normal(12).astype(np.float32)}
+    grid = terms.mk("reshape", (x,), (), TensorType((6, 2), "f32"))
+    zero = _scalar(terms, 0.0, "f32")
+    zeros = terms.mk("broadcast_in_dim", (zero,), (("broadcast_dimensions", ()),), TensorType((1, 2), "f32"))
+    rows = [4, 1, 5, 0, 2, 3]
+    blocks = tuple(zeros if k == 0 else _slice(terms, grid, (k, 0), (k + 1, 2)) for k in rows)
+    permuted = terms.mk("concatenate", blocks, (("dimension", 0),), grid.type)
+    keep = Literal(np.array([[k != 0] * 2 for k in rows]), "i1")
+    mask = terms.mk("constant", (), (("value", keep),), TensorType((6, 2), "i1"))
+    twos = terms.mk("broadcast_in_dim", (_scalar(terms, 2.0, "f32"),), (("broadcast_dimensions", ()),), grid.type)
+    masked = terms.mk("select", (mask, terms.mk("multiply", (permuted, twos), (), grid.type),
+                                 terms.mk("broadcast_in_dim", (zero,), (("broadcast_dimensions", ()),), grid.type)),
+                      (), grid.type)
+    assert _normalised_keeps_value(terms, masked, env).op == "concatenate"
+    total = terms.mk("reduce", (permuted, zero), (("dimensions", (0, 1)), ("reducer", "sum")), TensorType((), "f32"))
+    norm = Normaliser(terms)
+    canon = norm.reordered(norm(total))
+    np.testing.assert_allclose(evaluate(canon, env), evaluate(total, env), rtol=1e-5)
+    window = canon.args[0]
+    while window.op == "reshape":
+        (window,) = window.args
+    assert window.op == "slice" and window.args[0] is x and window.attr("start_indices") == (2,)

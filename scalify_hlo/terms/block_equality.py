@@ -3,7 +3,8 @@
 `equal` says two terms are equal when their normal forms (`blockwise.Normaliser`) are; or, where the
 after term concatenates blocks (one per case of a case split, one per expert block an all_to_all brought
 back), when each block equals that block of the reference (`pushing.push_slice`); or when they are the
-same op on operands equal in turn (congruence; either pairing for a commutative op's two operands). It never makes two different values equal; when it
+same op on operands equal in turn (congruence; either pairing for a commutative op's two operands; a
+reduction's blocks in order, `Normaliser.reordered`). It never makes two different values equal; when it
 cannot decide (out of fuel or depth, a shape it does not expect) it says not proven.
 """
 
@@ -72,7 +73,12 @@ def _compare(terms: Terms, norm: Normaliser, a: Term, b: Term, depth: int) -> bo
                 _equal(terms, norm, x, y, depth - 1) for x, y in zip(na.args, reversed(nb.args), strict=True)):
             norm.first_failure = failure
             return True
-        return False
+    # A reduction's blocks in order, only now: the comparison above pairs a concatenation's blocks with the
+    # reference's windows by position, which reordering them in the normal form would break.
+    if na.op == nb.op == "reduce" and na.attrs == nb.attrs:
+        ra, rb = norm.reordered(na), norm.reordered(nb)
+        if ra is not na or rb is not nb:
+            return _equal(terms, norm, ra, rb, depth - 1)
     if norm.first_failure is None:
         norm.first_failure = (a, b)
     return False

@@ -28,20 +28,18 @@ from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
-import numpy as np
-
 from scalify_hlo.ir.nodes import DotDims, TensorType
 from scalify_hlo.ops.elementwise import SHAPE_PRESERVING
-from scalify_hlo.terms import reduce_form, unroll
-from scalify_hlo.terms.joins import Joins, as_broadcast, block_order, broadcast, follow_dim, is_constant
+from scalify_hlo.ops.reducers import is_identity
+from scalify_hlo.terms import merge_parts, reduce_form, unroll
+from scalify_hlo.terms.joins import Joins, as_broadcast, block_order, broadcast, is_constant
+from scalify_hlo.terms.movement import slice_of_split
 from scalify_hlo.terms.pushing import FOLD_LIMIT, constant_value, folded, push_slice
 from scalify_hlo.terms.slicing import dynamic_as_slice, update_as_concatenate, window_along
 from scalify_hlo.terms.table import Terms
 from scalify_hlo.terms.term import AttrKey, Term, scalar_value
 
 FUEL = 200_000  # rewrites per comparison, then the answer is "not proven"
-_LOWEST = {"f16": float(np.finfo(np.float16).min), "bf16": -3.3895313892515355e38,
-           "f32": float(np.finfo(np.float32).min), "f64": float(np.finfo(np.float64).min)}
 
 
 class _OutOfFuel(Exception):
@@ -91,7 +89,8 @@ class Normaliser(Joins):
         self.rules["dynamic_update_slice"] = lambda a, k, t: update_as_concatenate(self.terms, a, t)
         self.rules["dynamic_slice"] = lambda a, k, t: dynamic_as_slice(self.terms, a, t)
         self.rules["loop"] = lambda a, k, t: unroll.unrolled(self.terms, self.terms.mk("loop", a, k, t), self)
-        self.rules["select"] = lambda a, k, t: reduce_form.select_bool(self.terms, a, t)
+        self.rules["select"] = lambda a, k, t: (reduce_form.select_bool(self.terms, a, t) or (
+            reduce_form.select_runs(self.terms, a, t) if any(merge_parts.reads_concat(v) for v in a[1:]) else None))
         self.rules["compare"] = lambda a, k, t: reduce_form.count_positive(self.terms, a, k, t)
 
     def __call__(self, t: Term) -> Term:
@@ -146,7 +145,9 @@ class Normaliser(Joins):
             return None
         if (part := reduce_form.cumulative_slice(self.terms, x, a["start_indices"], a["limit_indices"])) is not None:
             return part
-        if not _reads_concat(x) and not (x.op == "select" and is_constant(x.args[0])) and not (
+        if (part := slice_of_split(self.terms, x, tuple(a["start_indices"]), tuple(a["limit_indices"]))) is not None:
+            return part
+        if not merge_parts.reads_concat(x) and not (x.op == "select" and is_constant(x.args[0])) and not (
                 x.op in SHAPE_PRESERVING and any(is_constant(a) and scalar_value(a) is None for a in x.args)):
             return None
         moved = push_slice(self.terms, x, tuple(a["start_indices"]), tuple(a["limit_indices"]))
@@ -154,11 +155,11 @@ class Normaliser(Joins):
 
     # -- maximum -------------------------------------------------------------------------------------
     def _maximum(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
-        flat = [x for a in args for x in _flatten(a, "maximum")]
+        flat = [x for a in args for x in merge_parts.flatten(a, "maximum")]
         atoms = flat
-        if type.dtype in _LOWEST:
+        if type.dtype in merge_parts.LOWEST:
             # At or below the lowest finite value, a constant is the identity of max over finite values.
-            low = [a for a in atoms if (c := scalar_value(a)) is not None and c <= _LOWEST[type.dtype]]
+            low = [a for a in atoms if (c := scalar_value(a)) is not None and c <= merge_parts.LOWEST[type.dtype]]
             if low and len(low) < len(atoms):
                 atoms = [a for a in atoms if a not in low]
         merged = self._merge_reductions(atoms, "max")
@@ -174,13 +175,13 @@ class Normaliser(Joins):
     def _merge_reductions(self, atoms: list[Term], reducer: str) -> list[Term] | None:
         """Reductions of same-shaped operands (but along the dim they are blocks of), merged into one
         reduction of their concatenation (blocks sorted by origin); None if there is nothing to merge."""
-        grouped = _groups(atoms, lambda a: (a.attrs, a.type, a.args[1].id) if _reduction(a, reducer) else None)
+        grouped = merge_parts.groups(atoms, lambda a: (a.attrs, a.type, a.args[1].id) if merge_parts.reduction(a, reducer) else None)
         if grouped is None:
             return None
         out, groups = grouped
         changed = False
         for g in groups:
-            d = _split_dim(g)
+            d = merge_parts.split_dim(g)
             if d is None:
                 out.extend(g)
                 continue
@@ -190,16 +191,42 @@ class Normaliser(Joins):
             out.append(self.make("reduce", (whole, g[0].args[1]), g[0].attrs, g[0].type))
         return out if changed else None
 
+    def reordered(self, t: Term) -> Term:
+        """`t` with its reduction's blocks in order (`_reorder`); `t` itself when that changes nothing."""
+        if t.op != "reduce" or len(t.args) != 2:
+            return t
+        return self._reorder(t.args, t.attrs, t.type) or t
+
+    def _reorder(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
+        """A reduction over a concatenation along a reduced dim (blocks a permutation delivered, zeros
+        where a device received none) is the reduction of its blocks in block order, the reducer's
+        identity left out, where that leaves fewer blocks: the form merging the reductions of the blocks
+        one by one builds."""
+        x, init = args
+        dims = tuple(dict(attrs)["dimensions"])
+        reducer = reduce_form.exact_reducer(dict(attrs)["reducer"], init)
+        if reducer is None or x.op != "concatenate" or int(x.attr("dimension")) not in dims:
+            return None
+        d = int(x.attr("dimension"))
+        pieces = [p for p in x.args if not is_identity(scalar_value(p), reducer, type.dtype)]
+        if not pieces:
+            return self.terms.splat(float(scalar_value(init) or 0), type)
+        pieces.sort(key=lambda p: block_order(p, d))
+        whole = self.merged(pieces, d)
+        if len(whole.args if whole.op == "concatenate" else (whole,)) >= len(x.args):
+            return None
+        return self.make("reduce", (whole, init), attrs, type)
+
     # -- sums ----------------------------------------------------------------------------------------
     def _linear_rule(self, op: str) -> Rule:
         def rule(args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
-            if not _is_float(type):
+            if not merge_parts.is_float(type):
                 return None
             form: dict[int, tuple[Term, int]] = {}
             signs = (1, -1) if op == "subtract" else (1, 1)
             for a, s in zip(args, signs, strict=True):
                 for atom, c in self._linear(a).values():
-                    _accumulate(form, atom, s * c)
+                    merge_parts.accumulate(form, atom, s * c)
             atoms = [(t, c) for t, c in form.values() if c != 0]
             positive = [t for t, c in atoms if c > 0 for _ in range(c)]
             positive = reduce_form.merge_rows(self.terms, positive) or positive
@@ -219,7 +246,7 @@ class Normaliser(Joins):
         if t.op in ("add", "subtract"):
             for a, s in zip(t.args, (1, -1) if t.op == "subtract" else (1, 1), strict=True):
                 for atom, c in self._linear(a).values():
-                    _accumulate(form, atom, s * c)
+                    merge_parts.accumulate(form, atom, s * c)
             return form
         if t.op == "multiply" and scalar_value(t.args[1]) == -1.0:
             return {k: (atom, -c) for k, (atom, c) in self._linear(t.args[0]).items()}
@@ -228,9 +255,9 @@ class Normaliser(Joins):
             inner = self._linear(view[0])
             if len(inner) > 1 or any(c != 1 for _, c in inner.values()):
                 for atom, c in inner.values():
-                    _accumulate(form, broadcast(self, atom, view[1], t.type.shape), c)
+                    merge_parts.accumulate(form, broadcast(self, atom, view[1], t.type.shape), c)
                 return form
-        _accumulate(form, t, 1)
+        merge_parts.accumulate(form, t, 1)
         return form
 
     def _rebuild(self, positive: list[Term], negative: list[Term], type: TensorType) -> Term:
@@ -259,7 +286,7 @@ class Normaliser(Joins):
                 return (a.attrs, a.type, a.args[0].type.rank, a.args[1].type.rank)
             return None
 
-        grouped = _groups(atoms, key)
+        grouped = merge_parts.groups(atoms, key)
         if grouped is None:
             return None
         out, groups = grouped
@@ -277,7 +304,7 @@ class Normaliser(Joins):
         """dot(x, y) as the pairs of its blocks along the contraction, cut where either operand is a
         concatenation of blocks merged earlier (each pair then sorts on its own)."""
         x, y = d.args
-        cuts = sorted(set(_cuts(x, cl)) | set(_cuts(y, cr)))
+        cuts = sorted(set(merge_parts.cuts(x, cl)) | set(merge_parts.cuts(y, cr)))
         if not cuts:
             return [(x, y)]
         bounds = [0, *cuts, x.type.shape[cl]]
@@ -285,7 +312,7 @@ class Normaliser(Joins):
 
     def _split(self, x: Term, d: int) -> list[Term]:
         """`x` as its blocks along `d`, where it is a concatenation of blocks merged earlier."""
-        cuts = _cuts(x, d)
+        cuts = merge_parts.cuts(x, d)
         bounds = [0, *cuts, x.type.shape[d]]
         return [self._window(x, d, a, b) for a, b in pairwise(bounds)] if cuts else [x]
 
@@ -295,9 +322,9 @@ class Normaliser(Joins):
     def _exponential(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
         (e,) = args
         out = self.terms.apply("exponential", args, attrs, type)
-        if e.op == "subtract" and scalar_value(e.args[0]) is None and type.dtype in _LOWEST:
+        if e.op == "subtract" and scalar_value(e.args[0]) is None and type.dtype in merge_parts.LOWEST:
             c = scalar_value(e.args[1])
-            if c is not None and c <= _LOWEST[type.dtype]:
+            if c is not None and c <= merge_parts.LOWEST[type.dtype]:
                 self.overflowing.add(out.id)  # a running max's initial value subtracted the wrong way round
         return out
 
@@ -306,18 +333,18 @@ class Normaliser(Joins):
 
     # -- products ------------------------------------------------------------------------------------
     def _multiply(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
-        if not _is_float(type):
+        if not merge_parts.is_float(type):
             return None
         a, b = args
         for zero, x in ((a, b), (b, a)):
-            if scalar_value(zero) == 0.0 and _bounded(x):
+            if scalar_value(zero) == 0.0 and merge_parts.bounded(x):
                 return self.terms.splat(0.0, type)
-        ea, eb = _exponent(self, a), _exponent(self, b)
+        ea, eb = merge_parts.exponent(self, a), merge_parts.exponent(self, b)
         if ea is not None and eb is not None:
             total = self.make("add", (ea, eb), (), type)
             return self.make("exponential", (total,), (), type)
         for r, z in ((a, b), (b, a)):
-            if _single_reduce(r, "sum") and scalar_value(z) is None:
+            if merge_parts.single_reduce(r, "sum") and scalar_value(z) is None:
                 x = r.args[0]
                 (dim,) = r.attr("dimensions")
                 kept = tuple(j for j in range(x.type.rank) if j != dim)
@@ -380,7 +407,7 @@ class Normaliser(Joins):
             nl = x.type.rank - nb - len(dims.lhs_contract)
             nr = y.type.rank - nb - len(dims.rhs_contract)
             shape = type.shape[:nb] + type.shape[nb + nl:] + type.shape[nb:nb + nl]
-            inner = self.make("dot_general", (y, x), _with_dims(attrs, swapped), TensorType(shape, type.dtype))
+            inner = self.make("dot_general", (y, x), merge_parts.with_dims(attrs, swapped), TensorType(shape, type.dtype))
             perm = tuple(range(nb)) + tuple(nb + nr + j for j in range(nl)) + tuple(nb + j for j in range(nr))
             return self.make("transpose", (inner,), (("permutation", perm),), type)
         return None
@@ -432,101 +459,3 @@ class Normaliser(Joins):
                 return None
         body = self.make(op, tuple(inner), attrs, TensorType(inner_shape, type.dtype))
         return self.make("transpose", (body,), (("permutation", perm),), type)
-
-def _groups(atoms: list[Term], key: Callable[[Term], tuple[Any, ...] | None]
-            ) -> tuple[list[Term], list[list[Term]]] | None:
-    """The atoms that share a key with another (to be merged), apart from the rest; None if none do."""
-    by_key: dict[tuple[Any, ...], list[Term]] = {}
-    for a in atoms:
-        if (k := key(a)) is not None:
-            by_key.setdefault(k, []).append(a)
-    groups = [g for g in by_key.values() if len(g) >= 2]
-    if not groups:
-        return None
-    merging = {a.id for g in groups for a in g}
-    return [a for a in atoms if a.id not in merging], groups
-
-
-def _cuts(t: Term, dim: int) -> list[int]:
-    """Where `t` is cut into concatenated blocks along `dim`: the inner boundaries of the first
-    concatenation along that dim it is made of."""
-    for s, k in follow_dim(t, dim):
-        if s.op == "concatenate" and s.attr("dimension") == k:
-            return [int(c) for c in np.cumsum([p.type.shape[k] for p in s.args])[:-1]]
-    return []
-
-
-def _reads_concat(t: Term, depth: int = 8) -> bool:
-    """Whether a concatenation is within `depth` ops of `t` (through ops a slice can move into)."""
-    if t.op == "concatenate":
-        return True
-    if depth == 0 or not (t.op in SHAPE_PRESERVING or t.op in ("transpose", "broadcast_in_dim", "dot_general", "reshape")):
-        return False
-    return any(_reads_concat(a, depth - 1) for a in t.args)
-
-
-def _bounded(t: Term) -> bool:
-    """Whether `t` is finite whenever its inputs are: a finite constant, or exp(c - y) with c at or below
-    the lowest finite value (the exponent is not positive; its exp cannot overflow). Only then is 0·t = 0:
-    exp(y - c) overflows to inf, and 0·inf is NaN."""
-    if (c := scalar_value(t)) is not None:
-        return bool(np.isfinite(c))
-    while (view := as_broadcast(t)) is not None:
-        t = view[0]
-    if t.op != "exponential" or t.args[0].op != "subtract":
-        return False
-    low = scalar_value(t.args[0].args[0])
-    return low is not None and low <= _LOWEST.get(t.type.dtype, -np.inf)
-
-
-def _exponent(n: Normaliser, t: Term) -> Term | None:
-    """`e` when `t` is exp(e), or a broadcast of one (then `e` broadcast alike)."""
-    if t.op == "exponential":
-        return t.args[0]
-    view = as_broadcast(t)
-    if view is not None and view[0].op == "exponential":
-        (e,) = view[0].args
-        return broadcast(n, e, view[1], t.type.shape)
-    return None
-
-
-def _with_dims(attrs: AttrKey, dims: DotDims) -> AttrKey:
-    return tuple((k, dims if k == "dot_dimension_numbers" else v) for k, v in attrs)
-
-
-def _reduction(t: Term, reducer: str) -> bool:
-    return t.op == "reduce" and len(t.args) == 2 and t.attr("reducer") == reducer
-
-
-def _single_reduce(t: Term, reducer: str) -> bool:
-    return _reduction(t, reducer) and len(t.attr("dimensions")) == 1
-
-
-def _split_dim(group: list[Term]) -> int | None:
-    """The reduced dim along which the reductions' operands are blocks of one another: the only one for a
-    reduction over one dim; over several (a psum of a sum over all dims), the one dim along which the
-    blocks start at different rows (None when that is not exactly one dim)."""
-    dims = tuple(group[0].attr("dimensions"))
-    if len(dims) == 1:
-        return dims[0]
-    varying = [d for d in dims if len({block_order(r.args[0], d) for r in group}) > 1]
-    if len(varying) != 1:
-        return None
-    (d,) = varying
-    shapes = {tuple(n for k, n in enumerate(r.args[0].type.shape) if k != d) for r in group}
-    return d if len(shapes) == 1 else None
-
-
-def _flatten(t: Term, op: str) -> list[Term]:
-    return [x for a in t.args for x in _flatten(a, op)] if t.op == op else [t]
-
-
-def _accumulate(form: dict[int, tuple[Term, int]], atom: Term, c: int) -> None:
-    _, old = form.get(atom.id, (atom, 0))
-    form[atom.id] = (atom, old + c)
-
-
-def _is_float(type: TensorType) -> bool:
-    return type.dtype.startswith(("f", "bf"))
-
-

@@ -254,3 +254,30 @@ def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[lis
                 return None
         groups.append((gi, gj))
     return groups if i == len(a) and j == len(b) else None
+
+
+def slice_of_split(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]) -> Term | None:
+    """A window of `reshape(src)` that cuts, in each group of dims the reshape splits one source dim
+    into, only the group's major dim (the others whole): the reshape of that window of `src` (rows of
+    `x.reshape(6, 2)` are a range of `x`'s elements). None for any other window."""
+    if x.op != "reshape":
+        return None
+    (src,) = x.args
+    groups = reshape_groups(src.type.shape, x.type.shape)
+    if groups is None:
+        return None
+    cut = {d for d in range(x.type.rank) if (lo[d], hi[d]) != (0, x.type.shape[d])}
+    slo, shi = [0] * src.type.rank, list(src.type.shape)
+    for gi, gj in groups:
+        touched = cut & set(gj)
+        if not touched:
+            continue
+        if len(gi) != 1 or touched != {gj[0]}:
+            return None
+        inner = math.prod(x.type.shape[j] for j in gj[1:])
+        slo[gi[0]], shi[gi[0]] = lo[gj[0]] * inner, hi[gj[0]] * inner
+    if not cut <= {j for _, gj in groups for j in gj}:
+        return None
+    window = slicing.slice_of(terms, src, tuple(slo), tuple(shi))
+    shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
+    return terms.apply("reshape", (window,), (), TensorType(shape, x.type.dtype))

@@ -114,7 +114,7 @@ def reduce_rule(terms: Terms, args: tuple[Term, ...], attrs: AttrKey, type: Tens
     if len(args) != 2 or set(a) != {"dimensions", "reducer"}:
         return None
     x, init = args
-    exact = _reducer(a["reducer"], init)  # the reducer, when `init` is its identity
+    exact = exact_reducer(a["reducer"], init)  # the reducer, when `init` is its identity
     if exact is not None and is_identity(scalar_value(x), exact, type.dtype):
         return x if x.type == type else terms.splat(float(scalar_value(x) or 0), type)  # the identity, reduced
     if x.op in ("select", "concatenate"):
@@ -191,6 +191,27 @@ def select_bool(terms: Terms, args: tuple[Term, ...], type: TensorType) -> Term 
     return None
 
 
+def select_runs(terms: Terms, args: tuple[Term, ...], type: TensorType) -> Term | None:
+    """select(mask, x, y) with a constant mask that varies along one dim only (the caller checks that `x` or
+    `y` reads a concatenation: blocks a permutation delivered, masked as the reference masks a take): the
+    concatenation of `x`'s and `y`'s windows over the runs of rows the mask keeps and drops."""
+    mask, x, y = args
+    if mask.type.shape != type.shape:
+        return None
+    m = constant_value(mask)
+    if m is None:
+        return None
+    m = np.broadcast_to(np.asarray(m, dtype=bool), type.shape)
+    varying = [d for d in range(m.ndim) if not (m == np.take(m, [0], axis=d)).all()]
+    if len(varying) != 1:
+        return None
+    (d,) = varying
+    line = m[tuple(slice(None) if k == d else 0 for k in range(m.ndim))]
+    bounds = [0, *(np.flatnonzero(np.diff(line.astype(np.int8))) + 1).tolist(), len(line)]
+    parts = [push_slice(terms, x if line[a] else y, *window_along(type.shape, d, a, b)) for a, b in pairwise(bounds)]
+    return terms.apply("concatenate", tuple(parts), (("dimension", d),), type)
+
+
 def count_positive(terms: Terms, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
     """sum(convert(b)) > 0 (or != 0) over bools `b` = any(b) (or-reduce), when the count fits the type."""
     a = dict(attrs)
@@ -226,7 +247,7 @@ def _combine(terms: Terms, reducer: Reducer, parts: list[Term], type: TensorType
     return out
 
 
-def _reducer(name: object, init: Term) -> Reducer | None:
+def exact_reducer(name: object, init: Term) -> Reducer | None:
     """The reducer named `name` when `init` is its identity (where a split reduction is exact)."""
     if name not in Reducer._value2member_map_:
         return None
@@ -237,7 +258,7 @@ def _reducer(name: object, init: Term) -> Reducer | None:
 def _reduce_pieces(terms: Terms, x: Term, init: Term, attrs: AttrKey, type: TensorType) -> Term | None:
     """The reduction of a masked select or of a concatenation of rows, as the module docstring says."""
     a = dict(attrs)
-    reducer, dims = _reducer(a["reducer"], init), tuple(a["dimensions"])
+    reducer, dims = exact_reducer(a["reducer"], init), tuple(a["dimensions"])
     if reducer is None:
         return None
     if x.op == "concatenate":
@@ -272,7 +293,7 @@ def cumulative_slice(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, 
     if x.op != "reduce_window" or len(x.args) != 2:
         return None
     y, init = x.args
-    reducer = _reducer(x.attr("computation"), init)
+    reducer = exact_reducer(x.attr("computation"), init)
     pad = x.attr("padding")
     if reducer is None or not isinstance(pad, Literal):
         return None
@@ -320,7 +341,7 @@ def unit_window(args: tuple[Term, ...], attrs: AttrKey) -> Term | None:
         return None
     x, init = args
     a = dict(attrs)
-    if _reducer(a.get("computation"), init) is None:
+    if exact_reducer(a.get("computation"), init) is None:
         return None
     pad = a.get("padding")
     if isinstance(pad, Literal) and np.asarray(pad.array).any():

@@ -463,3 +463,4 @@ def slice_of_tile(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...
         return pieces[0]
     out = tuple(h - v for v, h in zip(lo, hi, strict=True))
     return terms.apply("concatenate", tuple(pieces), (("dimension", d),), TensorType(out, x.type.dtype))
+
