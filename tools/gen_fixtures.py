@@ -1859,6 +1859,13 @@ fixture("oc_lax_map_rows_shard_map", "lax.map over rows split over x: each devic
         "against the reference's loop over all (correct)")(_oc_pair(OC.map_rows, OC.map_rows, (16, 8), ROWS))
 fixture("oc_lax_map_rows_max_shard_map", "lax.map over split rows adding the row max where the reference adds "
         "the row sum")(_oc_pair(OC.map_rows, OC.map_rows_body_shifted, (16, 8), ROWS))
+fixture("oc_ppermute_permuted_blocks_shard_map", "a ppermute by an arbitrary permutation of the row blocks "
+        "against jnp.take of the blocks (correct)")(_oc_pair(OC.permuted_blocks_ref, OC.permuted_blocks_body, (16, 8),
+                                                             ROWS))
+fixture("oc_ppermute_permuted_blocks_inverse_shard_map", "the inverse permutation where the reference takes the "
+        "blocks")(_oc_pair(OC.permuted_blocks_ref, OC.permuted_blocks_inverse, (16, 8), ROWS))
+fixture("oc_ring_decay_fori_shard_map", "a ring of ppermutes in a fori_loop against a roll by a traced shift "
+        "(correct)")(_oc_pair(OC.ring_decay_ref, OC.ring_decay_body, (16, 8), ROWS))
 
 
 @fixture("oc_group_argmax_gspmd", "argmax of each device's own column block returned per device, the shard_map "

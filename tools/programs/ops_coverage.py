@@ -308,3 +308,35 @@ def map_rows(x: jax.Array) -> jax.Array:
 
 def map_rows_body_shifted(x: jax.Array) -> jax.Array:
     return lax.map(lambda r: jnp.tanh(r) * 2.0 + r.max(), x)  # BUG: max where the reference sums the row
+
+
+# Found by the differential fuzzer (tools/fuzz.py): a ppermute by an arbitrary permutation against a take
+# of the blocks, and a ring of ppermutes in a fori_loop against a roll by a traced shift.
+BLOCK_SOURCES = [3, 0, 6, 1, 7, 2, 5, 4]  # device j receives the block of device BLOCK_SOURCES[j]
+
+
+def permuted_blocks_ref(x: jax.Array) -> jax.Array:
+    return jnp.take(x.reshape(N, -1, x.shape[1]), jnp.array(BLOCK_SOURCES), axis=0).reshape(x.shape) * 2.0
+
+
+def permuted_blocks_body(x: jax.Array) -> jax.Array:
+    return lax.ppermute(x, "x", perm=[(s, d) for d, s in enumerate(BLOCK_SOURCES)]) * 2.0
+
+
+def permuted_blocks_inverse(x: jax.Array) -> jax.Array:
+    return lax.ppermute(x, "x", perm=[(d, s) for d, s in enumerate(BLOCK_SOURCES)]) * 2.0  # BUG: the inverse
+
+
+def ring_decay_ref(x: jax.Array) -> jax.Array:
+    block = x.shape[0] // N
+    return lax.fori_loop(0, 3, lambda i, c: c * 0.5 + jnp.roll(x, i * block, axis=0), jnp.zeros_like(x))
+
+
+def ring_decay_body(x: jax.Array) -> jax.Array:
+    ring = [(i, (i + 1) % N) for i in range(N)]
+
+    def step(i: jax.Array, c: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        acc, blk = c
+        return acc * 0.5 + blk, lax.ppermute(blk, "x", perm=ring)
+
+    return lax.fori_loop(0, 3, step, (jnp.zeros_like(x), x))[0]
