@@ -19,7 +19,7 @@ from scalify_hlo.ir.nodes import GatherDims, Literal, Op, ScatterDims, TensorTyp
 from scalify_hlo.layout.groups import block_table, match_axis_index, match_axis_permutation
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
-from scalify_hlo.ops.reducers import COLLECTIVE_NAME
+from scalify_hlo.ops.reducers import COLLECTIVE_NAME, Reducer
 from scalify_hlo.terms.term import Term, scalar_value
 
 
@@ -177,9 +177,11 @@ def dynamic_update_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fac
     # Local shapes are the same under either view: only the global reading changes.
     xlocal = x.layout.local_shape(x.term.type.shape, ctx.mesh)
     ulocal = u.layout.local_shape(u.term.type.shape, ctx.mesh)
+    offsets = [_offsets(ctx, s) for s in starts]
+    if (placed := _own_block_in_zeros(ctx, x, u, offsets, xlocal, ulocal)) is not None:
+        return (placed,)
     idx: list[Term] = []
-    for d, s in enumerate(starts):
-        off = _offsets(ctx, s)
+    for d, off in enumerate(offsets):
         if isinstance(off, np.ndarray) or off is None:
             return (ctx.unsupported(op, f"device-dependent update offsets along dim {d}"),)
         if layout.dims[d] and ulocal[d] != xlocal[d]:
@@ -189,6 +191,27 @@ def dynamic_update_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fac
                                                                       _index_dtype(starts)))
     term = ctx.terms.apply("dynamic_update_slice", (xt, ut, *idx), (), xt.type)
     return (Holds(term, layout, x.origin),)
+
+
+def _own_block_in_zeros(ctx: Ctx, x: Holds, u: Holds, offsets: list[int | np.ndarray | Term | None],
+                        xlocal: tuple[int, ...], ulocal: tuple[int, ...]) -> Holds | None:
+    """Each device writing its own block of `u` (split along one dim) at that block's place in a buffer of
+    zeros as long as the whole dim (an all-gather spelt as the psum of one-hot buffers): on every device one
+    summand of `u`, the zeros elsewhere, so the result is `u` partial (a sum) over the axes `u` is split
+    over. None for any other update."""
+    varying = [d for d, off in enumerate(offsets) if isinstance(off, np.ndarray)]
+    if len(varying) != 1 or x.layout != Layout.replicated(x.term.type.rank) or u.layout.partial:
+        return None
+    (d,) = varying
+    axes = u.layout.dims[d]
+    if (scalar_value(x.term) != 0 or x.term.type.dtype == "i1" or not axes
+            or any(u.layout.dims[k] or off != 0 for k, off in enumerate(offsets) if k != d)
+            or any(ulocal[k] != xlocal[k] for k in range(len(xlocal)) if k != d)
+            or xlocal[d] != u.term.type.shape[d]):
+        return None
+    if _block_table(ctx, offsets[d], ulocal[d]) != (axes, None):  # type: ignore[arg-type]
+        return None
+    return Holds(u.term, Layout(((),) * u.term.type.rank, tuple((a, Reducer.SUM) for a in axes)), u.origin)
 
 
 def gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

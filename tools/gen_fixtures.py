@@ -1864,6 +1864,10 @@ fixture("oc_ppermute_permuted_blocks_shard_map", "a ppermute by an arbitrary per
                                                              ROWS))
 fixture("oc_ppermute_permuted_blocks_inverse_shard_map", "the inverse permutation where the reference takes the "
         "blocks")(_oc_pair(OC.permuted_blocks_ref, OC.permuted_blocks_inverse, (16, 8), ROWS))
+fixture("oc_onehot_all_gather_shard_map", "an all-gather as the psum of zero buffers each device writes its block "
+        "into (correct)")(_oc_pair(OC.onehot_gather_ref, OC.onehot_gather_body, (16, 8), ROWS, P()))
+fixture("oc_onehot_all_gather_pmax_shard_map", "the zero buffers combined by pmax")(
+    _oc_pair(OC.onehot_gather_ref, OC.onehot_gather_pmax, (16, 8), ROWS, P()))
 fixture("oc_ring_decay_fori_shard_map", "a ring of ppermutes in a fori_loop against a roll by a traced shift "
         "(correct)")(_oc_pair(OC.ring_decay_ref, OC.ring_decay_body, (16, 8), ROWS))
 
