@@ -209,7 +209,8 @@ def _own_block_in_zeros(ctx: Ctx, x: Holds, u: Holds, offsets: list[int | np.nda
             or any(ulocal[k] != xlocal[k] for k in range(len(xlocal)) if k != d)
             or xlocal[d] != u.term.type.shape[d]):
         return None
-    if _block_table(ctx, offsets[d], ulocal[d]) != (axes, None):  # type: ignore[arg-type]
+    table = _block_table(ctx, offsets[d], ulocal[d])  # type: ignore[arg-type]
+    if table is None or table[1] is not None or table[0] != axes:  # (a permuted table: another device's block)
         return None
     return Holds(u.term, Layout(((),) * u.term.type.rank, tuple((a, Reducer.SUM) for a in axes)), u.origin)
 

@@ -1868,6 +1868,9 @@ fixture("oc_onehot_all_gather_shard_map", "an all-gather as the psum of zero buf
         "into (correct)")(_oc_pair(OC.onehot_gather_ref, OC.onehot_gather_body, (16, 8), ROWS, P()))
 fixture("oc_onehot_all_gather_pmax_shard_map", "the zero buffers combined by pmax")(
     _oc_pair(OC.onehot_gather_ref, OC.onehot_gather_pmax, (16, 8), ROWS, P()))
+fixture("oc_onehot_all_gather_shifted_shard_map", "each device's block written at the next device's place "
+        "(the fuzzer's crash: a permuted offset table)")(
+    _oc_pair(OC.onehot_gather_ref, OC.onehot_gather_shifted, (16, 8), ROWS, P()))
 fixture("oc_ring_decay_fori_shard_map", "a ring of ppermutes in a fori_loop against a roll by a traced shift "
         "(correct)")(_oc_pair(OC.ring_decay_ref, OC.ring_decay_body, (16, 8), ROWS))
 
