@@ -18,7 +18,7 @@ LOWEST = {"f16": float(np.finfo(np.float16).min), "bf16": -3.3895313892515355e38
 
 
 def groups(atoms: list[Term], key: Callable[[Term], tuple[Any, ...] | None]
-            ) -> tuple[list[Term], list[list[Term]]] | None:
+           ) -> tuple[list[Term], list[list[Term]]] | None:
     """The atoms that share a key with another (to be merged), apart from the rest; None if none do."""
     by_key: dict[tuple[Any, ...], list[Term]] = {}
     for a in atoms:

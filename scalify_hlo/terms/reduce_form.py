@@ -191,6 +191,19 @@ def select_bool(terms: Terms, args: tuple[Term, ...], type: TensorType) -> Term 
     return None
 
 
+def _mask_line(mask: Term, shape: tuple[int, ...]) -> tuple[int, np.ndarray] | None:
+    """(d, the mask along d) for a constant mask that varies along one dim `d` only, else None."""
+    m = constant_value(mask)
+    if m is None:
+        return None
+    m = np.broadcast_to(np.asarray(m, dtype=bool), shape)
+    varying = [d for d in range(m.ndim) if not (m == np.take(m, [0], axis=d)).all()]
+    if len(varying) != 1:
+        return None
+    (d,) = varying
+    return d, m[tuple(slice(None) if k == d else 0 for k in range(m.ndim))]
+
+
 def select_runs(terms: Terms, args: tuple[Term, ...], type: TensorType) -> Term | None:
     """select(mask, x, y) with a constant mask that varies along one dim only (the caller checks that `x` or
     `y` reads a concatenation: blocks a permutation delivered, masked as the reference masks a take): the
@@ -198,15 +211,10 @@ def select_runs(terms: Terms, args: tuple[Term, ...], type: TensorType) -> Term 
     mask, x, y = args
     if mask.type.shape != type.shape:
         return None
-    m = constant_value(mask)
-    if m is None:
+    found = _mask_line(mask, type.shape)
+    if found is None:
         return None
-    m = np.broadcast_to(np.asarray(m, dtype=bool), type.shape)
-    varying = [d for d in range(m.ndim) if not (m == np.take(m, [0], axis=d)).all()]
-    if len(varying) != 1:
-        return None
-    (d,) = varying
-    line = m[tuple(slice(None) if k == d else 0 for k in range(m.ndim))]
+    d, line = found
     bounds = [0, *(np.flatnonzero(np.diff(line.astype(np.int8))) + 1).tolist(), len(line)]
     parts = [push_slice(terms, x if line[a] else y, *window_along(type.shape, d, a, b)) for a, b in pairwise(bounds)]
     return terms.apply("concatenate", tuple(parts), (("dimension", d),), type)
@@ -270,15 +278,10 @@ def _reduce_pieces(terms: Terms, x: Term, init: Term, attrs: AttrKey, type: Tens
     mask, kept, dropped = x.args
     if not is_identity(scalar_value(dropped), reducer, type.dtype) or mask.type.shape != x.type.shape:
         return None
-    m = constant_value(mask)
-    if m is None:
+    found = _mask_line(mask, x.type.shape)
+    if found is None or found[0] not in dims:
         return None
-    m = np.broadcast_to(np.asarray(m, dtype=bool), x.type.shape)
-    varying = [d for d in range(m.ndim) if not (m == np.take(m, [0], axis=d)).all()]
-    if len(varying) != 1 or varying[0] not in dims:
-        return None
-    (d,) = varying
-    line = m[tuple(slice(None) if k == d else 0 for k in range(m.ndim))]
+    d, line = found
     edges = np.flatnonzero(np.diff(np.concatenate([[0], line.astype(np.int8), [0]])))
     runs = list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
     if not runs:

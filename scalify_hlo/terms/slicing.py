@@ -428,13 +428,7 @@ def take_as_concatenate(terms: Terms, args: tuple[Term, ...], a: dict[str, Any],
     offset = tuple(d for d in range(type.rank) if d != k)
     if tuple(sizes) != whole or tuple(dn.offset_dims) != offset or type.shape[k] != len(rows) or len(rows) > 64:
         return None
-    runs: list[list[int]] = []  # [first row, end) of consecutive rows
-    for r in rows:
-        if runs and runs[-1][1] == r:
-            runs[-1][1] = r + 1
-        else:
-            runs.append([r, r + 1])
-    parts = tuple(slice_along(terms, x, k, lo, hi) for lo, hi in runs)
+    parts = tuple(slice_along(terms, x, k, r, r + 1) for r in rows)  # consecutive rows join: `join_slices`
     return parts[0] if len(parts) == 1 else terms.apply("concatenate", parts, (("dimension", k),), type)
 
 
