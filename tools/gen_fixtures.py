@@ -2420,6 +2420,47 @@ fixture("loc_loop_scale_shard_map_bug", "the loop body scales the carry by 0.25 
     _loc_pair(LOC.loop_ref, LOC.loop_body_bug, LOC.LOOP_SPECS, _loc_loop_args))
 
 
+# ------------------------------------------------- layer memoization (issue 15): scalify_hlo/prove/layers.py
+# A stack deep enough (over 512 ops) that alike layers are derived once and substituted; its twin breaks one
+# layer in the middle of the run.
+DEEP = llama.LlamaConfig(layers=5, d_model=16, n_heads=8, n_kv_heads=4, head_dim=2, ffn=32, seq=8, batch=2)
+
+
+@fixture("llama_unrolled_deep_shardy", "5 Llama blocks unrolled (a Python loop over per-layer params; tiny widths), "
+         "FSDPxTP, Shardy, vs the module after SPMD partitioning: long enough for layer memoization")
+def _llama_unrolled_deep(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("fsdp", "tp"))
+    rng = rng_for(name)
+    x = llama.init_activations(DEEP, rng)
+    layers = [llama.init_layer(DEEP, rng) for _ in range(DEEP.layers)]
+    act = llama.activation_spec()
+    return partitioned_pair(name, functools.partial(llama.blocks_unrolled, cfg=DEEP), mesh, [x, layers],
+                            ["x", "layers"], [act, [llama.layer_specs()] * DEEP.layers], act)
+
+
+@fixture("mut_llama_unrolled_deep_layer3_allreduce_wrong_axis", "llama_unrolled_deep_shardy after.hlo with the "
+         "attention-output all-reduce of layer 3 of 5 (partial sums over the tp-split heads) moved from the tp groups "
+         "to the fsdp groups: the layers around it alike, this one not")
+def _mut_llama_unrolled_deep(name: str) -> Built:
+    base = "llama_unrolled_deep_shardy"
+    text = build(base).after_text
+    old, new = "[2,4]<=[8]", "[4,2]<=[2,4]T(1,0)"  # the tp groups, the fsdp groups
+    wo_line = next(i for i, ln in enumerate(inspect.getsourcelines(llama.attention)[0],
+                                            inspect.getsourcelines(llama.attention)[1]) if 'p["wo"]' in ln)
+    targets = [n for n in hlo_instructions(text, "all-reduce")
+               if f"replica_groups={old}," in hlo_instruction_line(text, n)[1]
+               and (src := hlo_source_of(text, n)) is not None and src[1] == wo_line]
+    assert len(targets) == DEEP.layers, f"{name}: expected one attention-out all-reduce per layer, got {targets}"
+    idx, line = hlo_instruction_line(text, targets[3])
+    new_text = replace_line(text, idx, line.replace(f"replica_groups={old},", f"replica_groups={new},"))
+    # Named where the partial heads meet the residual stream: the line of `block` calling `attention` (the
+    # origin's frame in the function that also holds its consumer, `localize._frame_in_common_function`).
+    uses = re.compile(rf"[(,]\s*{re.escape(targets[3])}[,)]")
+    consumer = next(n for n in hlo_instructions(new_text, "add") if uses.search(hlo_instruction_line(new_text, n)[1]))
+    return mutated(name, base, new_text, targets[3], f"all-reduce {targets[3]} (layer 3's attention heads summed "
+                   f"over tp): replica_groups {old} changed to {new}", source_instruction=consumer)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="+", metavar="NAME", help="generate only these fixtures")

@@ -28,6 +28,7 @@ from scalify_hlo.ops.attrs import region_key, term_attrs
 from scalify_hlo.ops.reducers import top_k_of_call
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
 from scalify_hlo.prove import branches, cases, per_device
+from scalify_hlo.prove.layers import LayerStats, Segments, plan
 from scalify_hlo.rules import boundary, halo, linalg, masked_moves, masking, sorting
 from scalify_hlo.rules import collectives as C
 from scalify_hlo.rules import layout as L
@@ -137,20 +138,51 @@ class Deriver:
         """A fresh derivation over the same terms and mesh (one case of a case split)."""
         return Deriver(self.terms, self.mesh, resync=self.resync, known=self.ctx.known)
 
-    def region(self, region: Region, args: Sequence[Fact], keep_blocks: bool = False) -> tuple[Fact, ...]:
+    def region(self, region: Region, args: Sequence[Fact], keep_blocks: bool = False,
+               layers: LayerStats | None = None) -> tuple[Fact, ...]:
+        """Facts of the region's results. With `layers`, runs of alike segments (unrolled layers) are
+        derived once each and substituted (`layers.py`), and what that did is counted there."""
         reads = _reads(region)
         for v in (*region.args, *(r for op in region.ops for r in op.results)):
             self.uses[v] = reads.get(v, 0)
         for v, f in zip(region.args, args, strict=True):
             self.facts[v] = f
-        for i, op in enumerate(region.ops):
-            self.op(op)
-            if self.progress is not None and i % 1024 == 1023:
-                self.progress(i + 1, len(region.ops))
+        ops = region.ops
+        found = plan(ops, self._memoizable) if layers is not None else None
+        segments = None if layers is None else Segments(
+            self.terms, self.facts, self.op, self.resync, layers)
+        i = 0
+        for run in found.runs if found is not None else ():
+            for j in range(i, run.start):
+                self._step(j, ops)
+            assert segments is not None and found is not None
+            segments.derive(ops, region.results, run, found, self._without_resync)
+            i = run.start + run.count * run.period
+            if self.progress is not None:
+                self.progress(i, len(ops))
+        for j in range(i, len(ops)):
+            self._step(j, ops)
         # A per-device scalar leaves a region only into a conditional that selects with it (`keep_blocks`);
         # elsewhere (loops, shard_map and program outputs) it is the failure found reading it as partial.
         return tuple(f.failure if isinstance(f, PerBlock) and not keep_blocks else masked_moves.settled(self.ctx, f)
                      for f in (self.facts[v] for v in region.results))
+
+    def _step(self, i: int, ops: Sequence[Op]) -> None:
+        self.op(ops[i])
+        if self.progress is not None and i % 1024 == 1023:
+            self.progress(i + 1, len(ops))
+
+    def _memoizable(self, op: Op) -> bool:
+        """Ops a layer template may hold: plain rules of the op table (no control flow, no hooks)."""
+        return op.opcode not in self.hooks and (info := OPS.get(op.opcode)) is not None and info.transfer is not None
+
+    def _without_resync(self, read: Callable[[], None]) -> None:
+        # A template's terms are over leaves the reference never computes: nothing to resynchronise.
+        resync, self.resync = self.resync, None
+        try:
+            read()
+        finally:
+            self.resync = resync
 
     def op(self, op: Op) -> None:
         out = self._transfer(op, tuple(self.facts[v] for v in op.operands))

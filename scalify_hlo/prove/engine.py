@@ -28,6 +28,7 @@ from scalify_hlo.prove import carried
 from scalify_hlo.prove.derive import Deriver, loop_term, unrolled, while_terms
 from scalify_hlo.prove.egraph import EGraph
 from scalify_hlo.prove.evidence import Evidence, param_name, partial_counterexample
+from scalify_hlo.prove.layers import LayerStats
 from scalify_hlo.prove.localize import localize_blocks, localize_failure, localize_mismatch
 from scalify_hlo.prove.options import Options
 from scalify_hlo.prove.origin import Tracer, refine, refine_verdict
@@ -106,6 +107,14 @@ def _prove(before: str | Path | Module, after: str | Path | Module, options: Opt
     prover = _Prover(bp, ap, opts)
     report = prover.run()
     timings.update(prover.timings)
+    first = prover
+    if prover.layers.instances and isinstance(report.verdict, Unknown):
+        # Substituted layers keep the normal forms their template chose over opaque inputs; where that
+        # leaves a question open, every op is read as usual before `unknown` is said.
+        prover = _Prover(bp, ap, dataclasses.replace(opts, layers=False))
+        report = prover.run()
+        for k, v in prover.timings.items():
+            timings[k] = timings.get(k, 0.0) + v
     stats = {
         "seconds": round(time.perf_counter() - started, 3),
         "stages": {k: round(v, 4) for k, v in timings.items()},
@@ -125,6 +134,9 @@ def _prove(before: str | Path | Module, after: str | Path | Module, options: Opt
         # plus outputs and loop steps); unique ones are the e-graphs actually built, the rest memo hits.
         "segments_total": prover.egraph.stats.questions,
         "segments_unique": prover.egraph.stats.egraph_calls,
+        # Layer memoization: runs of alike segments found, segments read over fresh leaves (templates),
+        # segments that took a template's facts, ops so substituted; `retried`: re-derived without.
+        "layers": {**dataclasses.asdict(first.layers), "retried": prover is not first},
     }
     verdict = focus(report.verdict, bm)
     return Report(verdict, str(bm.path), str(am.path), stats, report.notes, report.numeric, dict(opts.assume))
@@ -178,6 +190,7 @@ class _Prover:
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
         self.proof_notes: list[str] = []  # how outputs were proven: reported when the verdict is `equivalent`
+        self.layers = LayerStats()
         self.evidence = Evidence(bp, ap, opts, self.terms, self.notes)
         # Both programs run once, lazily, to name where a differing output's values part ways (`origin`).
         self.tracer = Tracer(bp, ap, opts.seed, self.evidence.assumed_bounds(), opts.numeric_limit)
@@ -198,7 +211,8 @@ class _Prover:
         if self.opts.progress is not None:
             report = self.opts.progress
             bd.progress = lambda done, total: report("reading the reference", done, total)
-        bouts = bd.region(bp.func.body, [Holds(t, Layout.replicated(t.type.rank)) for t in params])
+        layers = self.layers if self.opts.layers else None
+        bouts = bd.region(bp.func.body, [Holds(t, Layout.replicated(t.type.rank)) for t in params], layers=layers)
         self.timings["before"] = time.perf_counter() - t0
         before_terms: list[Term] = []
         for j, f in enumerate(bouts):
@@ -220,7 +234,7 @@ class _Prover:
         if self.opts.progress is not None:
             report = self.opts.progress
             ad.progress = lambda done, total: report("deriving facts", done, total)
-        aouts = ad.region(ap.func.body, seeds)
+        aouts = ad.region(ap.func.body, seeds, layers=layers)
         self.timings["after"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         verdict = self._outputs(bd, ad, before_terms, aouts)

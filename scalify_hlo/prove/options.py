@@ -19,3 +19,6 @@ class Options:
     # Input name -> half-open range [lo, hi) its integer values are promised to lie in (token ids):
     # the verdict then holds for those inputs only, and the report says so.
     assume: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # Runs of alike segments (unrolled layers) derived once and substituted (`prove/layers.py`); off, every
+    # op is derived. A verdict other than `equivalent` reached with them is re-derived without.
+    layers: bool = True
