@@ -107,20 +107,28 @@ def shapes(ops: Sequence[Op]) -> Shapes:
     rows_t: list[tuple[int, int, int]] = []  # (op, slot, type id)
     rows_c: list[tuple[int, int, int]] = []
     for i, op in enumerate(ops):
-        attrs = tuple((k, v.type if isinstance(v, ChannelHandle) else v) for k, v in op.attrs.items_)
-        static = (op.opcode, attrs, tuple(r.type for r in op.results),
+        items: Any = op.attrs.items_
+        if "channel_handle" in op.attrs:
+            items = tuple((k, v.type if isinstance(v, ChannelHandle) else v) for k, v in items)
+        results = op.results
+        static = (op.opcode, items, results[0].type if len(results) == 1 else tuple(r.type for r in results),
                   tuple(region_key(r) for r in op.regions) if op.regions else ())
         k = kinds.setdefault(static, len(kinds))
-        kind[i] = k if len(op.operands) <= WIDTH else -1 - i
+        operands = op.operands
+        kind[i] = k if len(operands) <= WIDTH else -1 - i
         spelled: list[Any] = [k]
-        for slot, v in enumerate(op.operands[:WIDTH]):
+        is_closed = not op.regions
+        for slot, v in enumerate(operands[:WIDTH]):
             rows_t.append((i, slot, types.setdefault(v.type, len(types) + 1)))
             if (c := closed.get(v)) is not None:
                 rows_c.append((i, slot, c))
                 spelled.append(c)
-            elif (at := where.get(v)) is not None:
+                continue
+            is_closed = False
+            if (at := where.get(v)) is not None:
                 rows_d.append((i, slot, i - at[0], at[1]))
-        is_closed = not op.regions and all(v in closed for v in op.operands)
+        if len(operands) > WIDTH:
+            is_closed = False
         for j, r in enumerate(op.results):
             where[r] = (i, j)
             if is_closed:
