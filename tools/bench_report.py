@@ -56,9 +56,17 @@ def segments(stats: dict[str, Any]) -> str:
     return "-"
 
 
+def layers(stats: dict[str, Any]) -> str:
+    """templates/segments substituted by layer memoization (`stats["layers"]`), else '-'."""
+    used = stats.get("layers")
+    if not isinstance(used, dict):
+        return "-"
+    return f"{used.get('templates', 0)}/{used.get('instances', 0)}" + (" (retried)" if used.get("retried") else "")
+
+
 def results_table(results: Sequence[dict[str, Any]]) -> str:
     head = ("| case | verdict | wall s | parse | mesh | before | after | outputs | other | peak RSS MiB | "
-            "floor s | wall/floor | segments u/t | bug localised |")
+            "floor s | wall/floor | segments u/t | layers t/s | bug localised |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         v = r.get("verify", {})
@@ -74,7 +82,7 @@ def results_table(results: Sequence[dict[str, Any]]) -> str:
         rows.append("| " + " | ".join([
             r["name"], verdict, _fmt(v.get("wall")), *(_fmt(st.get(k)) for k in STAGES), _fmt(other),
             _fmt(v.get("peak_rss_mib"), ".0f"), _fmt(r.get("floor", {}).get("floor", {}).get("total")),
-            _fmt(r.get("ratio"), ".1f"), segments(v.get("stats", {})), loc_s]) + " |")
+            _fmt(r.get("ratio"), ".1f"), segments(v.get("stats", {})), layers(v.get("stats", {})), loc_s]) + " |")
     return "\n".join(rows)
 
 
@@ -267,6 +275,8 @@ before = `jax.jit(...).lower(...).as_text(debug_info=True)`, after = XLA's `afte
 `wall` is the `prove()` call; the stage columns are `report.stats["stages"]`; `other` = `stats["seconds"]`
 minus the stages (time the prover spends outside its named stages); `floor` = XLA parse + HLO→StableHLO +
 MLIR parse of both files (table below); timeout {timeout:.0f} s per case; fastest of {repeat} fresh run(s).
+`segments u/t`: e-graph questions built / asked; `layers t/s`: layer memoization's templates (segments read
+once over fresh leaves) / segments given a template's facts instead of being derived (`prove/layers.py`).
 
 {results_table(results)}
 
