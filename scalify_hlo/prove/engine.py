@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -130,6 +131,8 @@ def _prove(before: str | Path | Module, after: str | Path | Module, options: Opt
         "egraph_budget_exhausted": prover.egraph.stats.exhausted,
         "egraph_ruled_out": prover.egraph.stats.ruled_out,  # questions no rewrite could settle, not asked
         "resynced": prover.sync.stats.resynced if prover.sync else 0,
+        # How the outputs of a proof were proven (`OutputProof.how`): the share that needed saturation.
+        "proofs": dict(Counter(o.how for o in report.verdict.outputs)) if isinstance(report.verdict, Equivalent) else {},
         # Segments: the e-graph questions (one per resolved value where the programs part and meet again,
         # plus outputs and loop steps); unique ones are the e-graphs actually built, the rest memo hits.
         "segments_total": prover.egraph.stats.questions,
@@ -463,8 +466,10 @@ class _Prover:
                     continue
                 term = seen
             norm = blockwise.Normaliser(self.terms)
-            if term is bt or self.sync.prove(term, bt) or self._blockwise(term, bt, norm):
-                proofs.append(OutputProof(j, (expected or g.layout).describe(self.ap.mesh)))
+            how = ("identical" if term is bt else "saturation" if self.sync.prove(term, bt)
+                   else "blockwise" if self._blockwise(term, bt, norm) else None)
+            if how is not None:
+                proofs.append(OutputProof(j, (expected or g.layout).describe(self.ap.mesh), how))
                 continue
             finding = (localize_blocks(j, self.ap, ad, norm)
                        or localize_mismatch(j, term, bt, self.bp, bd, self.ap, ad, self.sync))

@@ -122,6 +122,10 @@ class Finding:
 class OutputProof:
     index: int
     layout: str
+    # How the term was proven the reference's: "identical" (derived as the very term the reference
+    # computes, values brought back in step by saturation on the way included), "saturation" (equality
+    # saturation at the output), "blockwise" (the normal form of block reductions, e.g. online softmax).
+    how: str = "identical"
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +210,7 @@ class Report:
         if isinstance(self.verdict, Unknown):
             out["hints"] = findings
         if isinstance(self.verdict, Equivalent):
-            out["outputs"] = [{"index": o.index, "layout": o.layout} for o in self.verdict.outputs]
+            out["outputs"] = [{"index": o.index, "layout": o.layout, "how": o.how} for o in self.verdict.outputs]
         if self.numeric is not None:
             out["numeric"] = self.numeric
         return out
