@@ -224,8 +224,8 @@ def _inputs(ops: Sequence[Op], seg: range) -> tuple[list[Value], tuple[int, ...]
 @dataclass(frozen=True, slots=True)
 class _Input:
     """How a template reads one input: through a fresh `leaf` under `layout`, or as the very `fact` every
-    segment must read too (a tensor computed from constants alone; a per-device table such as the offsets
-    of each device's shard, made once for all layers)."""
+    segment must read too (a tensor computed from constants alone, a value the next segment reads as well,
+    a per-device table such as the offsets of each device's shard: made once for all layers)."""
 
     leaf: Term | None
     layout: Layout | None
@@ -308,10 +308,13 @@ class Segments:
     def _template(self, ops: Sequence[Op], seg: range,
                   without_resync: Callable[[Callable[[], None]], None]) -> _Template | None:
         inputs, pattern = _inputs(ops, seg)
+        # An input the next segment reads too (a bias correction, a mask: made once for all layers) is
+        # read as it is, so that the rules see what it is (a broadcast), as they do op by op.
+        shared = set(_inputs(ops, range(seg.stop, seg.stop + len(seg)))[0]) if seg.stop + len(seg) <= len(ops) else set()
         saved = [self.facts.get(v) for v in inputs]
         reads: list[_Input] = []
-        for f in saved:
-            if isinstance(f, Varying) or (isinstance(f, Holds) and _plain(f) and self._closed(f.term)):
+        for v, f in zip(inputs, saved, strict=True):
+            if isinstance(f, Varying) or (isinstance(f, Holds) and _plain(f) and (v in shared or self._closed(f.term))):
                 reads.append(_Input(None, None, f))
             elif isinstance(f, Holds) and _plain(f):
                 # (named by the table's size: a leaf of no other template, of either program)
