@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from scalify_hlo.parsers.hlo import parse_hlo
+from scalify_hlo.parsers.hlo import leading_lines, parse_hlo
 from scalify_hlo.parsers.stablehlo import parse_mlir
 
 from scalify_hlo.ir.errors import InputFileError, ParseError, Span, UsageError
@@ -44,7 +44,7 @@ def sniff(data: bytes, path: str) -> str:
         raise ParseError(
             Span(path, where), "binary data that is neither UTF-8 text nor MLIR bytecode; "
             "expected StableHLO (.mlir text or bytecode) or HLO text") from None
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(leading_lines(text), start=1):
         s = line.strip()
         if not s or s.startswith(("//", "/*", "*", "#loc")):
             continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -43,6 +44,10 @@ def _varint(buf: bytes, i: int) -> tuple[int, int]:
 
 
 def _encode_varint(n: int) -> bytes:
+    if n < 0x80:  # most tags and lengths: no loop
+        return _ONE_BYTE[n]
+    if n < 0x4000:
+        return bytes((n & 0x7F | 0x80, n >> 7))
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -52,6 +57,9 @@ def _encode_varint(n: int) -> bytes:
         else:
             out.append(b)
             return bytes(out)
+
+
+_ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
 
 
 def _fields(buf: bytes) -> list[tuple[int, int, bytes, bytes]]:
@@ -81,16 +89,6 @@ def _fields(buf: bytes) -> list[tuple[int, int, bytes, bytes]]:
 
 def _len_field(number: int, payload: bytes) -> bytes:
     return _encode_varint(number << 3 | _LEN) + _encode_varint(len(payload)) + payload
-
-
-def _rewrite(buf: bytes, number: int, edit: object) -> bytes:
-    parts = []
-    for num, wire, raw, payload in _fields(buf):
-        if num == number and wire == _LEN:
-            parts.append(_len_field(num, edit(payload)))  # type: ignore[operator]
-        else:
-            parts.append(raw)
-    return b"".join(parts)
 
 
 def _packed(payload: bytes) -> list[int]:
@@ -168,75 +166,176 @@ def _explicit_device_list(groups: np.ndarray) -> bytes:
 
 
 _MESH_GROUPS_TAG = _encode_varint(_INSTRUCTION_MESH_GROUPS << 3 | _LEN)
+_METADATA_TAG = _encode_varint(_INSTRUCTION_METADATA << 3 | _LEN)
+_OP_NAME_TAG = _encode_varint(_METADATA_OP_NAME << 3 | _LEN)
+_NAME_SEP_BYTES = NAME_SEP.encode()
 
 
-def _name_instruction(inst: bytes) -> bytes:
-    """`inst` with its op_name prefixed by its name (and mesh-spelled groups made explicit).
-
-    The fast path copies the bytes around the metadata field (C++ serialises fields in number order,
-    so name and metadata come early); only an instruction whose bytes may hold a mesh device list
-    is taken apart completely."""
-    if _MESH_GROUPS_TAG in inst:
-        return _name_instruction_slow(inst)
-    i = 0
-    name = b""
-    meta_start = meta_end = None
-    while i < len(inst):
-        start = i
-        tag, i = _varint(inst, i)
-        number, wire = tag >> 3, tag & 7
-        if number > _INSTRUCTION_METADATA:
-            meta_start = meta_end = start
-            break
+def _spans(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """(field number, wire type, field start, payload start, field end) of every field of the message
+    `buf[start:end]`; the payload is that of a length-delimited field (empty at the field's end otherwise).
+    Bounds rather than slices, so a caller copies only what it keeps."""
+    i = start
+    while i < end:
+        field_start = i
+        tag = buf[i]
+        i += 1
+        if tag >= 0x80:  # (a one-byte tag or length needs no call)
+            tag, i = _varint(buf, field_start)
+        wire = tag & 7
+        if wire == _LEN:
+            n = buf[i]
+            i += 1
+            if n >= 0x80:
+                n, i = _varint(buf, i - 1)
+            yield tag >> 3, wire, field_start, i, i + n
+            i += n
+            continue
         if wire == 0:
-            _, i = _varint(inst, i)
+            i = i + 1 if buf[i] < 0x80 else _varint(buf, i)[1]
         elif wire == 1:
             i += 8
         elif wire == 5:
             i += 4
-        elif wire == _LEN:
-            n, i = _varint(inst, i)
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        yield tag >> 3, wire, field_start, i, i
+
+
+def _edit_fields(buf: bytes, start: int, end: int, number: int,
+                 edit: Callable[[bytes, int, int], bytes]) -> bytes:
+    """The message `buf[start:end]` with each length-delimited field `number` replaced by
+    `edit(buf, payload start, payload end)`; the other fields are copied unchanged, each run of them as
+    one slice."""
+    tag = _encode_varint(number << 3 | _LEN)
+    parts: list[bytes] = []
+    copied = start  # buf[copied:] up to the next edited field is kept as it is
+    for num, wire, field_start, payload, field_end in _spans(buf, start, end):
+        if num == number and wire == _LEN:
+            new = edit(buf, payload, field_end)
+            parts += (buf[copied:field_start], tag, _encode_varint(len(new)), new)
+            copied = field_end
+    parts.append(buf[copied:end])
+    return b"".join(parts)
+
+
+def _name_instruction(buf: bytes, start: int, end: int) -> bytes:
+    """The instruction `buf[start:end]` with its op_name prefixed by its name (and mesh-spelled groups
+    made explicit).
+
+    This runs for every instruction, so it reads the wire format inline (a one-byte tag or length needs
+    no call). The fast path copies the bytes around the metadata field (C++ serialises fields in number
+    order, so name and metadata come early); only an instruction whose bytes may hold a mesh device
+    list, or that has a field this path does not read, is taken apart completely."""
+    if buf.find(_MESH_GROUPS_TAG, start, end) >= 0:
+        return _name_instruction_slow(buf, start, end)
+    i = start
+    name = b""
+    meta_start = meta_end = end  # where the metadata field is, or where a new one goes
+    payload = end
+    while i < end:
+        field_start = i
+        tag = buf[i]
+        i += 1
+        if tag >= 0x80:
+            tag, i = _varint(buf, field_start)
+        number, wire = tag >> 3, tag & 7
+        if number > _INSTRUCTION_METADATA:
+            meta_start = meta_end = payload = field_start
+            break
+        if wire == _LEN:
+            n = buf[i]
+            i += 1
+            if n >= 0x80:
+                n, i = _varint(buf, i - 1)
             if number == _INSTRUCTION_NAME:
-                name = inst[i:i + n]
+                name = buf[i:i + n]
             elif number == _INSTRUCTION_METADATA:
-                meta_start, meta_end = start, i + n
+                meta_start, payload, meta_end = field_start, i, i + n
                 break
             i += n
+        elif wire == 0:
+            i = i + 1 if buf[i] < 0x80 else _varint(buf, i)[1]
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
         else:
-            return _name_instruction_slow(inst)
-    else:
-        meta_start = meta_end = len(inst)
-    old = inst[meta_start:meta_end]
-    meta_payload = b"" if meta_start == meta_end else _fields(old)[0][3]
-    return inst[:meta_start] + _len_field(_INSTRUCTION_METADATA, _named_metadata(name, meta_payload)) + inst[meta_end:]
+            return _name_instruction_slow(buf, start, end)
+    meta = _named_metadata(name, buf, payload, meta_end)
+    return b"".join((buf[start:meta_start], _METADATA_TAG, _encode_varint(len(meta)), meta, buf[meta_end:end]))
 
 
-def _named_metadata(name: bytes, meta: bytes) -> bytes:
-    meta_fields = _fields(meta)
-    op_name = next((p for n, w, _, p in meta_fields if n == _METADATA_OP_NAME and w == _LEN), b"")
-    kept = b"".join(raw for n, _, raw, _ in meta_fields if n != _METADATA_OP_NAME)
-    return _len_field(_METADATA_OP_NAME, name + NAME_SEP.encode() + op_name) + kept
+def _named_metadata(name: bytes, buf: bytes, start: int, end: int) -> bytes:
+    """The OpMetadata `buf[start:end]` with op_name `<name><NAME_SEP><op_name>` first and its other
+    fields after it, in their order (inline like `_name_instruction`: it runs as often)."""
+    op_name = None
+    kept = []
+    copied = i = start  # buf[copied:] up to the next op_name field is kept
+    while i < end:
+        field_start = i
+        tag = buf[i]
+        i += 1
+        if tag >= 0x80:
+            tag, i = _varint(buf, field_start)
+        wire = tag & 7
+        if wire == _LEN:
+            n = buf[i]
+            i += 1
+            if n >= 0x80:
+                n, i = _varint(buf, i - 1)
+            i += n
+            if tag >> 3 == _METADATA_OP_NAME and op_name is None:
+                op_name = buf[i - n:i]
+        elif wire == 0:
+            i = i + 1 if buf[i] < 0x80 else _varint(buf, i)[1]
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        if tag >> 3 == _METADATA_OP_NAME:
+            kept.append(buf[copied:field_start])
+            copied = i
+    named = name + _NAME_SEP_BYTES + (op_name or b"")
+    kept.append(buf[copied:end])
+    return b"".join((_OP_NAME_TAG, _encode_varint(len(named)), named, *kept))
 
 
-def _name_instruction_slow(inst: bytes) -> bytes:
-    fields = _fields(inst)
-    name = next((p for n, w, _, p in fields if n == _INSTRUCTION_NAME and w == _LEN), b"")
-    old_meta = next((p for n, w, _, p in fields if n == _INSTRUCTION_METADATA and w == _LEN), b"")
-    rest = b"".join(raw for n, _, raw, _ in fields if n not in (_INSTRUCTION_METADATA, _INSTRUCTION_MESH_GROUPS))
-    mesh = next((p for n, w, _, p in fields if n == _INSTRUCTION_MESH_GROUPS and w == _LEN), None)
+def _name_instruction_slow(buf: bytes, start: int, end: int) -> bytes:
+    """`_name_instruction` for any instruction: its fields but metadata and mesh groups, in order, then
+    the explicit groups, then the named metadata."""
+    name = None
+    meta = mesh = None  # (payload start, end) of the first of each
+    parts: list[bytes] = []
+    copied = start  # buf[copied:] up to the next dropped field is kept
+    for number, wire, field_start, payload, field_end in _spans(buf, start, end):
+        if number in (_INSTRUCTION_METADATA, _INSTRUCTION_MESH_GROUPS):
+            parts.append(buf[copied:field_start])
+            copied = field_end
+            if wire == _LEN and number == _INSTRUCTION_METADATA and meta is None:
+                meta = (payload, field_end)
+            elif wire == _LEN and number == _INSTRUCTION_MESH_GROUPS and mesh is None:
+                mesh = (payload, field_end)
+        elif number == _INSTRUCTION_NAME and wire == _LEN and name is None:
+            name = buf[payload:field_end]
+    parts.append(buf[copied:end])
     if mesh is not None:
-        rest += _explicit_for(mesh)
-    return rest + _len_field(_INSTRUCTION_METADATA, _named_metadata(name, old_meta))
+        parts.append(_explicit_for(buf[mesh[0]:mesh[1]]))
+    named = _named_metadata(name or b"", buf, *(meta or (0, 0)))
+    parts += (_METADATA_TAG, _encode_varint(len(named)), named)
+    return b"".join(parts)
+
+
+def _name_computation(buf: bytes, start: int, end: int) -> bytes:
+    return _edit_fields(buf, start, end, _COMPUTATION_INSTRUCTIONS, _name_instruction)
 
 
 def name_instructions(module_proto: bytes) -> bytes:
     """The same module with each instruction's op_name prefixed by `<name><NAME_SEP>` and mesh-spelled
     replica groups written out as explicit groups."""
-    return _rewrite(
-        module_proto,
-        _MODULE_COMPUTATIONS,
-        lambda comp: _rewrite(comp, _COMPUTATION_INSTRUCTIONS, _name_instruction),
-    )
+    return _edit_fields(module_proto, 0, len(module_proto), _MODULE_COMPUTATIONS, _name_computation)
 
 
 _MODULE_ENTRY_NAME = 2  # HloModuleProto.entry_computation_name
@@ -245,7 +344,7 @@ _MODULE_ENTRY_NAME = 2  # HloModuleProto.entry_computation_name
 def entry_computation_name(module_proto: bytes) -> str:
     """The ENTRY computation's name (the converter renames it `main`; XLA's `main.1_spmd` says the module
     was SPMD-partitioned)."""
-    for number, wire, _, payload in _fields(module_proto):
+    for number, wire, _, payload, end in _spans(module_proto, 0, len(module_proto)):
         if number == _MODULE_ENTRY_NAME and wire == _LEN:
-            return payload.decode("utf-8", "replace")
+            return module_proto[payload:end].decode("utf-8", "replace")
     return ""

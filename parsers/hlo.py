@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from scalify_hlo.parsers._hloproto import NAME_SEP, entry_computation_name, name_instructions
@@ -29,6 +30,7 @@ _XLA_ERROR = re.compile(r"(\d+):(\d+): error: ([^\n]*)")
 # XLA's printer elides constants larger than a few elements as `constant({...})` unless the dump asks for
 # them (--xla_dump_large_constants); XLA's parser then fills them with 0, 1, 2, ... instead of failing.
 _ELIDED = re.compile(r"\bconstant\(\{\.\.\.\}\)")
+_ELIDED_TEXT = "constant({...})"  # what any match of _ELIDED contains: a fast test before the regex
 _HEADER_INT = re.compile(r"\b(num_partitions|replica_count)=(\d+)")
 
 # Tuple access in an operand list: `%name#i#j...` (the '%' is absent when XLA prints names without it).
@@ -37,6 +39,23 @@ _TUPLE_ACCESS = re.compile(r"(?<![\w.%-])(%?)([A-Za-z_][\w.-]*)((?:#\d+)+)")
 _SKIPPED = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/', re.DOTALL)
 # An instruction definition: `[ROOT] %name = <shape> opcode(...)`; group 3 starts the shape.
 _DEFINITION = re.compile(r"^([ \t]*(?:ROOT[ \t]+)?)(%?)([A-Za-z_][\w.-]*)[ \t]*=[ \t]*", re.MULTILINE)
+
+
+def leading_lines(text: str) -> Iterator[str]:
+    """The lines of `text.splitlines()`, split only as far as they are read: a reader after the first
+    lines of a dump of megabytes (its header, its kind) does not split all of it."""
+    head = text[:_HEAD_CHARS]
+    if len(head) == len(text):
+        yield from text.splitlines()
+        return
+    lines = head.splitlines()
+    # All but the last line of `head` end inside it, with another line after them (so a "\r\n" is
+    # not cut in two): they are lines of `text` as they are. The rest is split from `text` itself.
+    yield from lines[:-1]
+    yield from text.splitlines()[len(lines) - 1:]
+
+
+_HEAD_CHARS = 1 << 16
 
 
 def _instruction_lines(text: str) -> dict[str, int]:
@@ -206,7 +225,8 @@ def _parse_text(text: str, path: str) -> Any:
 def _refuse_elided_constants(text: str, path: str) -> None:
     """Bad input: a constant whose values the file does not hold (reasoning on XLA's stand-in values
     could prove anything)."""
-    m = _ELIDED.search(text)
+    # (re's search tries `\b` at every position of a dump of megabytes; `in` is a fast substring search.)
+    m = _ELIDED.search(text) if _ELIDED_TEXT in text else None
     if m is None:
         return
     line = text.count("\n", 0, m.start()) + 1
@@ -228,7 +248,7 @@ def parse_hlo(text: str, path: str) -> Module:
     except _jaxlib.XLA_ERRORS as err:
         raise ParseError(Span(path), f"XLA could not convert this HLO to StableHLO: {err}") from None
     module = parse_mlir(bytecode, path, kind="hlo", name_sep=NAME_SEP, name_lines=_instruction_lines(text))
-    header = next((ln for ln in text.splitlines() if ln.startswith("HloModule")), "")
+    header = next((ln for ln in leading_lines(text) if ln.startswith("HloModule")), "")
     extra: dict[str, int | str] = {k: int(v) for k, v in _HEADER_INT.findall(header)}
     extra["entry_computation"] = entry_computation_name(original)
     return dataclasses.replace(module, name=hlo.name, extra=Attrs.of(extra))

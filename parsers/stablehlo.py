@@ -7,6 +7,7 @@ immutable values of `scalify_hlo.ir.nodes`. Nothing here knows what an op means;
 from __future__ import annotations
 
 import re
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -46,9 +47,24 @@ from scalify_hlo.layout.sharding import mesh_from_sdy
 # converter or JAX emit keep their own names (`fusion`, `copy`, `top_k`) in the same namespace.
 _PREFIXES = ("stablehlo.", "mhlo.", "chlo.", "func.", "sdy.")
 _TERMINATORS = frozenset({"return", "sdy.return"})
+_TERMINATOR_NAMES = frozenset({"stablehlo.return", "mhlo.return", "sdy.return"})
+_by_name = itemgetter(0)
+_NO_LOCATION = object()  # a block argument without a location (older bindings)
+
+
+def _op_kind(name: str) -> tuple[str, bool, bool]:
+    """(opcode, is a region terminator, is of a dialect we read) of an op name."""
+    opcode = _short(name)
+    return opcode, opcode in _TERMINATORS or name in _TERMINATOR_NAMES, name.startswith(_PREFIXES)
+
 
 class _Reader:
-    """One module walk; caches locations (MLIR uniques them, so many ops share one)."""
+    """One module walk; caches locations (MLIR uniques them, so many ops share one).
+
+    Every property read through the MLIR bindings crosses into C++ and builds a Python object, so the
+    per-op path reads each one once, and everything MLIR uniques (types, attributes, locations) is
+    converted once per module and then looked up.
+    """
 
     def __init__(self, path: str, *, name_prefix_sep: str | None = None,
                  name_lines: dict[str, int] | None = None) -> None:
@@ -65,6 +81,10 @@ class _Reader:
         self.type_cache: dict[Any, Type] = {}
         self.decoded: dict[Any, tuple[tuple[Frame, ...], tuple[str, ...]]] = {}
         self.attr_cache: dict[Any, AttrValue] = {}
+        # An op's attributes as (name, attribute) pairs → their Attrs: ops repeat the same few.
+        self.op_attrs_cache: dict[tuple[tuple[str, Any], ...], Attrs] = {}
+        self.op_kinds: dict[str, tuple[str, bool, bool]] = {}  # op name → `_op_kind`
+        self.dict_attrs_cache: dict[Any, Attrs] = {}
 
     # -- types ---------------------------------------------------------------------------------------
     def type_of(self, t: Any) -> Type:
@@ -91,7 +111,9 @@ class _Reader:
         key = loc.attr
         cached = self.loc_cache.get(key)
         if cached is None:
-            frames, names = self._decode(loc, None)
+            # (Not through `_decode`'s memo: loc_cache keeps this, and in an HLO dump every instruction has
+            # a location of its own.)
+            frames, names = self._decode_new(loc, None)
             op_name = names[0] if names else None
             inst = None
             if op_name is not None and self.name_sep is not None and self.name_sep in op_name:
@@ -102,13 +124,20 @@ class _Reader:
             self.loc_cache[key] = cached
         return cached
 
+    def arg_loc(self, arg: Any) -> SourceLoc:
+        loc = getattr(arg, "location", _NO_LOCATION)  # one read: each crosses into the bindings
+        return UNKNOWN_LOC if loc is _NO_LOCATION else self.loc_of(loc)
+
     def _decode(self, loc: Any, fn: str | None) -> tuple[tuple[Frame, ...], tuple[str, ...]]:
         """(frames innermost first, op names) of a location; memoized per sub-location, since the
         instructions of an HLO dump share their call stacks but not their (named) locations."""
         key = (loc.attr, fn)
         hit = self.decoded.get(key)
-        if hit is not None:
-            return hit
+        if hit is None:
+            hit = self.decoded[key] = self._decode_new(loc, fn)
+        return hit
+
+    def _decode_new(self, loc: Any, fn: str | None) -> tuple[tuple[Frame, ...], tuple[str, ...]]:
         ir = self.ir
         frames: tuple[Frame, ...] = ()
         names: tuple[str, ...] = ()
@@ -131,7 +160,6 @@ class _Reader:
             for sub in loc.locations:
                 f, n = self._decode(sub, fn)
                 frames, names = (*frames, *f), (*names, *n)
-        self.decoded[key] = (frames, names)
         return frames, names
 
     # -- attributes ------------------------------------------------------------------------------------
@@ -231,7 +259,37 @@ class _Reader:
                 pairs.append((item, self.attr(named[item])))
             else:
                 pairs.append((item.name, self.attr(item.attr)))
-        return Attrs(tuple(sorted(pairs, key=lambda kv: kv[0])))
+        return Attrs(tuple(sorted(pairs, key=_by_name)))
+
+    def dict_attrs(self, d: Any) -> Attrs:
+        """`attrs_of` a dictionary attribute, memoized (the arguments of a module's functions repeat a
+        few dictionaries)."""
+        try:
+            cached = self.dict_attrs_cache.get(d)
+        except TypeError:  # an attribute without a hash
+            return self.attrs_of(d)
+        if cached is None:
+            cached = self.dict_attrs_cache[d] = self.attrs_of(d)
+        return cached
+
+    def op_attrs(self, attributes: Any) -> Attrs:
+        """`attrs_of` an op's attribute map, read in one call (`items()`) and memoized by its
+        (uniqued) attributes."""
+        items = attributes.items()
+        if not items:
+            return EMPTY_ATTRS
+        key = tuple(items)
+        try:
+            cached = self.op_attrs_cache.get(key)
+        except TypeError:  # an attribute without a hash
+            return self._op_attrs(items)
+        if cached is None:
+            cached = self.op_attrs_cache[key] = self._op_attrs(items)
+        return cached
+
+    def _op_attrs(self, items: list[tuple[str, Any]]) -> Attrs:
+        attr = self.attr
+        return Attrs(tuple(sorted([(name, attr(a)) for name, a in items], key=_by_name)))
 
     # -- structure -------------------------------------------------------------------------------------
     def new_value(self, v: Any, name: str) -> Value:
@@ -247,40 +305,51 @@ class _Reader:
         args = tuple(self.new_value(a, f"%arg{i}") for i, a in enumerate(block.arguments))
         ops: list[Op] = []
         results: tuple[Value, ...] = ()
+        kinds = self.op_kinds
         for mop in block.operations:
             o = mop.operation
-            opcode = _short(o.name)
-            if opcode in _TERMINATORS or o.name in ("stablehlo.return", "mhlo.return", "sdy.return"):
-                results = tuple(self.values[x] for x in o.operands)
+            name = o.name
+            kind = kinds.get(name)
+            if kind is None:
+                kind = kinds[name] = _op_kind(name)
+            if kind[1]:
+                results = tuple(map(self.values.__getitem__, o.operands))
                 continue
-            ops.append(self.op(o, opcode))
+            if not kind[2]:
+                raise ParseError(Span(self.path, *_line_col(o.location)),
+                                 f"op '{name}' is not StableHLO; expected ops of the stablehlo, mhlo, chlo, func "
+                                 "and sdy dialects (a JAX/XLA program)")
+            ops.append(self.op(o, kind[0]))
         return Region(args, tuple(ops), results)
 
     def op(self, o: Any, opcode: str) -> Op:
-        if not o.name.startswith(_PREFIXES):
-            src = o.location
-            raise ParseError(Span(self.path, *_line_col(src)),
-                             f"op '{o.name}' is not StableHLO; expected ops of the stablehlo, mhlo, chlo, func "
-                             "and sdy dialects (a JAX/XLA program)")
         loc = self.loc_of(o.location)
-        operands = tuple(self.values[x] for x in o.operands)
-        regions = tuple(self.region(r) for r in o.regions)
-        results = []
-        for i, r in enumerate(o.results):
+        values = self.values
+        operands = tuple(map(values.__getitem__, o.operands))
+        regions = tuple(map(self.region, o.regions))  # before the results: they number values too
+        results = o.results
+        single = len(results) == 1
+        named = loc.name
+        types = self.type_cache
+        out = []
+        for i, r in enumerate(results):
             self.counter += 1
-            base = loc.name or f"%{self.counter}"
-            results.append(self.new_value(r, base if len(o.results) == 1 else f"{base}#{i}"))
-        return Op(opcode, operands, tuple(results), self.attrs_of(o.attributes), regions, loc)
+            base = named or f"%{self.counter}"
+            t = r.type
+            ty = types.get(t)
+            if ty is None:
+                ty = self.type_of(t)
+            value = values[r] = Value(ty, base if single else f"{base}#{i}")
+            out.append(value)
+        return Op(opcode, operands, tuple(out), self.op_attrs(o.attributes), regions, loc)
 
     def func(self, f: Any) -> Func:
-        body = self.region(f.regions[0])
+        region = f.regions[0]
+        body = self.region(region)
         attrs = f.attributes
         arg_attrs = _per_index(self, attrs, "arg_attrs", len(body.args))
         res_attrs = _per_index(self, attrs, "res_attrs", len(body.results))
-        arg_locs = tuple(
-            self.loc_of(a.location) if hasattr(a, "location") else UNKNOWN_LOC
-            for a in f.regions[0].blocks[0].arguments
-        )
+        arg_locs = tuple(self.arg_loc(a) for a in region.blocks[0].arguments)
         return Func(str(self.ir.StringAttr(attrs["sym_name"]).value), body, arg_attrs, res_attrs, arg_locs)
 
 
@@ -292,7 +361,7 @@ def _line_col(loc: Any) -> tuple[int | None, int | None]:
 def _per_index(reader: _Reader, attrs: Any, key: str, n: int) -> tuple[Attrs, ...]:
     if key not in attrs:
         return tuple(EMPTY_ATTRS for _ in range(n))
-    return tuple(reader.attrs_of(d) for d in reader.ir.ArrayAttr(attrs[key]))
+    return tuple(map(reader.dict_attrs, reader.ir.ArrayAttr(attrs[key])))
 
 
 def _short(name: str) -> str:
