@@ -103,7 +103,7 @@ def mutants(draw: st.DrawFn) -> tuple[str, int, int]:
     return kind, draw(st.integers(0, 10_000)), draw(st.integers(0, 2**16))
 
 
-@settings(max_examples=8, deadline=None, derandomize=True, database=None,
+@settings(max_examples=5, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(mutants())
 def test_mutants_of_the_deep_stack_never_false_equivalent(case: tuple[str, int, int]) -> None:
