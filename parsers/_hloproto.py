@@ -268,36 +268,16 @@ def _name_instruction(buf: bytes, start: int, end: int) -> bytes:
 
 def _named_metadata(name: bytes, buf: bytes, start: int, end: int) -> bytes:
     """The OpMetadata `buf[start:end]` with op_name `<name><NAME_SEP><op_name>` first and its other
-    fields after it, in their order (inline like `_name_instruction`: it runs as often)."""
+    fields after it, in their order."""
     op_name = None
     kept = []
-    copied = i = start  # buf[copied:] up to the next op_name field is kept
-    while i < end:
-        field_start = i
-        tag = buf[i]
-        i += 1
-        if tag >= 0x80:
-            tag, i = _varint(buf, field_start)
-        wire = tag & 7
-        if wire == _LEN:
-            n = buf[i]
-            i += 1
-            if n >= 0x80:
-                n, i = _varint(buf, i - 1)
-            i += n
-            if tag >> 3 == _METADATA_OP_NAME and op_name is None:
-                op_name = buf[i - n:i]
-        elif wire == 0:
-            i = i + 1 if buf[i] < 0x80 else _varint(buf, i)[1]
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        if tag >> 3 == _METADATA_OP_NAME:
+    copied = start  # buf[copied:] up to the next op_name field is kept
+    for number, wire, field_start, payload, field_end in _spans(buf, start, end):
+        if number == _METADATA_OP_NAME:
+            if wire == _LEN and op_name is None:
+                op_name = buf[payload:field_end]
             kept.append(buf[copied:field_start])
-            copied = i
+            copied = field_end
     named = name + _NAME_SEP_BYTES + (op_name or b"")
     kept.append(buf[copied:end])
     return b"".join((_OP_NAME_TAG, _encode_varint(len(named)), named, *kept))

@@ -7,6 +7,7 @@ immutable values of `scalify_hlo.ir.nodes`. Nothing here knows what an op means;
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
@@ -264,13 +265,7 @@ class _Reader:
     def dict_attrs(self, d: Any) -> Attrs:
         """`attrs_of` a dictionary attribute, memoized (the arguments of a module's functions repeat a
         few dictionaries)."""
-        try:
-            cached = self.dict_attrs_cache.get(d)
-        except TypeError:  # an attribute without a hash
-            return self.attrs_of(d)
-        if cached is None:
-            cached = self.dict_attrs_cache[d] = self.attrs_of(d)
-        return cached
+        return _memoized(self.dict_attrs_cache, d, lambda: self.attrs_of(d))
 
     def op_attrs(self, attributes: Any) -> Attrs:
         """`attrs_of` an op's attribute map, read in one call (`items()`) and memoized by its
@@ -278,14 +273,7 @@ class _Reader:
         items = attributes.items()
         if not items:
             return EMPTY_ATTRS
-        key = tuple(items)
-        try:
-            cached = self.op_attrs_cache.get(key)
-        except TypeError:  # an attribute without a hash
-            return self._op_attrs(items)
-        if cached is None:
-            cached = self.op_attrs_cache[key] = self._op_attrs(items)
-        return cached
+        return _memoized(self.op_attrs_cache, tuple(items), lambda: self._op_attrs(items))
 
     def _op_attrs(self, items: list[tuple[str, Any]]) -> Attrs:
         attr = self.attr
@@ -351,6 +339,16 @@ class _Reader:
         res_attrs = _per_index(self, attrs, "res_attrs", len(body.results))
         arg_locs = tuple(self.arg_loc(a) for a in region.blocks[0].arguments)
         return Func(str(self.ir.StringAttr(attrs["sym_name"]).value), body, arg_attrs, res_attrs, arg_locs)
+
+
+def _memoized(cache: dict[Any, Attrs], key: Any, make: Callable[[], Attrs]) -> Attrs:
+    try:
+        hit = cache.get(key)
+    except TypeError:  # an attribute without a hash
+        return make()
+    if hit is None:
+        hit = cache[key] = make()
+    return hit
 
 
 def _line_col(loc: Any) -> tuple[int | None, int | None]:
