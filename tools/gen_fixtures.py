@@ -950,6 +950,15 @@ def _llama_train_scan(name: str) -> Built:
                             ["params", "x"], in_specs, out_specs)
 
 
+def _allreduces_at(text: str, groups: str, fn: Callable[..., Any], marker: str) -> list[str]:
+    """The all-reduces over `groups` whose source line is the line of `fn` holding `marker`."""
+    lines, first = inspect.getsourcelines(fn)
+    line = next(i for i, ln in enumerate(lines, first) if marker in ln)
+    return [n for n in hlo_instructions(text, "all-reduce")
+            if f"replica_groups={groups}," in hlo_instruction_line(text, n)[1]
+            and (src := hlo_source_of(text, n)) is not None and src[1] == line]
+
+
 @fixture("mut_llama_train_scan_wo_grad_allreduce_wrong_axis", "llama_train_scan_shardy after.hlo with the all-reduce "
          "of the wo weight gradient inside the backward loop (partial sums over the fsdp-split batch) moved from "
          "the fsdp groups to the tp groups")
@@ -957,12 +966,8 @@ def _mut_llama_train_scan_wo_grad(name: str) -> Built:
     base = "llama_train_scan_shardy"
     text = build(base).after_text
     old, new = "[4,2]<=[2,4]T(1,0)", "[2,4]<=[8]"  # the fsdp groups, the tp groups
-    wo_line = next(i for i, ln in enumerate(inspect.getsourcelines(llama_train.scan_block)[0],
-                                            inspect.getsourcelines(llama_train.scan_block)[1]) if 'p["wo"]' in ln)
-    targets = [n for n in hlo_instructions(text, "all-reduce")
-               if f"replica_groups={old}," in hlo_instruction_line(text, n)[1]
-               and (src := hlo_source_of(text, n)) is not None and src[1] == wo_line]
-    assert len(targets) == 1, f"{name}: expected one all-reduce over fsdp from line {wo_line}, got {targets}"
+    targets = _allreduces_at(text, old, llama_train.scan_block, 'p["wo"]')
+    assert len(targets) == 1, f"{name}: expected one all-reduce over fsdp from the wo line, got {targets}"
     idx, line = hlo_instruction_line(text, targets[0])
     new_text = replace_line(text, idx, line.replace(f"replica_groups={old},", f"replica_groups={new},"))
     return mutated(name, base, new_text, targets[0], f"all-reduce {targets[0]} (the wo weight gradient summed "
@@ -2445,11 +2450,7 @@ def _mut_llama_unrolled_deep(name: str) -> Built:
     base = "llama_unrolled_deep_shardy"
     text = build(base).after_text
     old, new = "[2,4]<=[8]", "[4,2]<=[2,4]T(1,0)"  # the tp groups, the fsdp groups
-    wo_line = next(i for i, ln in enumerate(inspect.getsourcelines(llama.attention)[0],
-                                            inspect.getsourcelines(llama.attention)[1]) if 'p["wo"]' in ln)
-    targets = [n for n in hlo_instructions(text, "all-reduce")
-               if f"replica_groups={old}," in hlo_instruction_line(text, n)[1]
-               and (src := hlo_source_of(text, n)) is not None and src[1] == wo_line]
+    targets = _allreduces_at(text, old, llama.attention, 'p["wo"]')
     assert len(targets) == DEEP.layers, f"{name}: expected one attention-out all-reduce per layer, got {targets}"
     idx, line = hlo_instruction_line(text, targets[3])
     new_text = replace_line(text, idx, line.replace(f"replica_groups={old},", f"replica_groups={new},"))
