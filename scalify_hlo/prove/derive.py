@@ -148,15 +148,15 @@ class Deriver:
         for v, f in zip(region.args, args, strict=True):
             self.facts[v] = f
         ops = region.ops
-        found = plan(ops, self._memoizable) if layers is not None else None
-        segments = None if layers is None else Segments(
-            self.terms, self.facts, self.op, self.resync, layers)
+        segments: Segments | None = None
+        if layers is not None and (found := plan(ops, self._memoizable)).runs:
+            segments = Segments(ops, region.results, found, self.terms, self.facts, self.op, self.resync, layers)
         i = 0
-        for run in found.runs if found is not None else ():
+        for run in segments.runs if segments is not None else ():
             for j in range(i, run.start):
                 self._step(j, ops)
-            assert segments is not None and found is not None
-            segments.derive(ops, region.results, run, found, self._without_resync)
+            assert segments is not None
+            segments.derive(ops, run, self._without_resync)
             i = run.start + run.count * run.period
             if self.progress is not None:
                 self.progress(i, len(ops))

@@ -1,23 +1,24 @@
 """Layer memoization (DESIGN §4): a run of isomorphic segments of a function body is derived once.
 
 An unrolled model repeats one block of ops per layer. `plan` finds such runs in an op list without
-knowing what a layer is: every op gets a structural signature (opcode, attributes, types, nested
-bodies, and each operand as the distance back to the op that made it, or the type of a parameter), and
-a period `P` with `sig[i] == sig[i + P]` over a long stretch marks consecutive segments of `P` ops that
-compute the same thing from different inputs.
+knowing what a layer is: every op gets integer structural keys (`Shapes`: its kind, and each operand as the
+distance back to the op that made it within a period, its type beyond, or what it is when computed from
+constants alone), and a period `P` with equal keys at `i` and `i + P` over a long stretch marks
+consecutive segments of `P` ops that compute the same thing from different inputs.
 
 `Segments.derive` then reads the first segment once over *fresh leaves* standing for the values it
 reads from outside (its inputs), under their layouts: every fact so derived holds whatever those inputs
-are, since no rule can see through a leaf. Each segment of the run, the first included, takes those facts
-with its own inputs' terms substituted for the leaves (hash-consing, no rule re-run): depth costs
-hashing and substitution, not derivation. A segment is read op by op as usual where anything differs:
-an input that is not a plain resolved tensor or is laid out otherwise, inputs shared in another pattern,
-an input read as it is (a constant tensor, a per-device table of offsets) that is another one, or a fact of
-the template that is neither a plain `Holds` nor numbers per device (failures and the per-device
-readings of masks keep their own diagnostics). In the after program, the values a segment hands on are
-resynchronised with the reference's terms as in the op-by-op reading.
+are, since no rule can see through a leaf. That segment is also read op by op, and the template is kept
+only if substituting its own inputs gives the same facts for what it hands on. Every later segment takes
+the template's facts with its own inputs' terms substituted for the leaves, each term rebuilt by
+`Terms.apply` (no transfer rule re-run): depth costs hashing and substitution, not derivation. A segment is
+read op by op as usual where anything differs: an input that is not a plain resolved tensor or is laid out
+otherwise, inputs shared in another pattern, an input read as it is (a constant tensor, a value every
+layer reads, a per-device table of offsets) that is another one, or a fact of the template that is neither
+a plain `Holds` nor numbers per device (failures and the per-device readings of masks keep their own
+diagnostics). In the after program, the values a segment hands on are resynchronised with the reference's
+terms as in the op-by-op reading.
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -244,7 +245,8 @@ class _Template:
 class Segments:
     """Derives the runs of one body for a `Deriver` (its facts, its rules)."""
 
-    def __init__(self, terms: Terms, facts: dict[Value, Fact], derive_op: Callable[[Op], None],
+    def __init__(self, ops: Sequence[Op], results: Sequence[Value], found: Plan, terms: Terms,
+                 facts: dict[Value, Fact], derive_op: Callable[[Op], None],
                  resync: Callable[[Holds, Op], Holds] | None, stats: LayerStats) -> None:
         self.terms = terms
         self.facts = facts
@@ -252,19 +254,23 @@ class Segments:
         self.resync = resync
         self.stats = stats
         self._closed_memo: dict[int, bool] = {}
-        self._last_use: dict[Value, int] = {}  # the last op reading a value (past the body: a result)
-        self._plan = Plan((), None)
+        self._plan = found
         self._run = Run(0, 0, 0)
+        # The last op reading each value (past the body: a result of it), for what a segment hands on.
+        self._last_use: dict[Value, int] = {}
+        for i, op in enumerate(ops):
+            for v in op.operands:
+                self._last_use[v] = i
+        self._last_use.update((v, len(ops)) for v in results)
 
-    def derive(self, ops: Sequence[Op], results: Sequence[Value], run: Run, found: Plan,
+    @property
+    def runs(self) -> tuple[Run, ...]:
+        return self._plan.runs
+
+    def derive(self, ops: Sequence[Op], run: Run,
                without_resync: Callable[[Callable[[], None]], None]) -> None:
         self.stats.runs += 1
-        self._plan = found
         self._run = run
-        self._last_use = {v: len(ops) for v in results}
-        for i in range(run.start, len(ops)):
-            for v in ops[i].operands:
-                self._last_use[v] = max(self._last_use.get(v, i), i)
         template: _Template | None = None
         tries = 2  # the first segment may read its inputs otherwise than the rest (the first layer)
         for k in range(run.count):
