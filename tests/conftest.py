@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Set
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scalify_hlo.report.verdicts import Report
 
 # XLA reads this once, when jax is first imported; every test module sees the same 8 devices.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -102,6 +108,27 @@ def fixtures() -> list[Fixture]:
                 d = newer.parent
             out.append(Fixture(d.name, d, json.loads((d / "expected.json").read_text())))
     return out
+
+
+def fixture_params(fxs: list[Fixture], slow: Set[str] = frozenset()) -> list[object]:
+    """Fixtures as pytest parameters, each in its own xdist group: every test of one fixture runs in one
+    process, so `proof_of` proves it once for all of them."""
+    import pytest
+
+    return [pytest.param(f, id=f.name, marks=[pytest.mark.xdist_group(f.name),
+                                              *([pytest.mark.slow] if f.name in slow else [])]) for f in fxs]
+
+
+def proof_of(fx: Fixture) -> Report:
+    """The report of one fixture pair under its assumptions, proven once per test process."""
+    return _proof(fx.before, fx.after, tuple(sorted(fx.assume.items())))
+
+
+@functools.cache
+def _proof(before: Path, after: Path, assume: tuple[tuple[str, tuple[int, int]], ...]) -> Report:
+    from scalify_hlo.prove.engine import Options, prove
+
+    return prove(before, after, Options(assume=dict(assume)))
 
 
 def _hypothesis_profile() -> None:

@@ -9,17 +9,12 @@ definite verdict otherwise (then the entry goes, and the fixture is checked like
 
 from __future__ import annotations
 
-import functools
-
 import pytest
-from conftest import Fixture, fixtures
+from conftest import Fixture, fixture_params, fixtures, proof_of
 
 from scalify_hlo.ir.nodes import PARSER_NUMBERING
-from scalify_hlo.prove.engine import Options, prove
-from scalify_hlo.report.verdicts import Report
 
 FIXTURES = fixtures()
-BY_NAME = {f.name: f for f in FIXTURES}
 
 LIMITS: dict[str, str] = {
     "conv_halo_ppermute_wrong_way_shard_map": "found (a counterexample), but named in the ppermute helper both "
@@ -39,22 +34,9 @@ LIMITS: dict[str, str] = {
 SLOW: set[str] = set()
 
 
-def _params(fxs: list[Fixture]) -> list[object]:
-    # A fixture's tests share one process (xdist group), so its proof is computed once.
-    return [pytest.param(f, id=f.name, marks=[pytest.mark.xdist_group(f.name),
-                                              *([pytest.mark.slow] if f.name in SLOW else [])]) for f in fxs]
-
-
-@functools.cache
-def _report(name: str) -> Report:
-    """One proof per fixture, shared by the tests below."""
-    fx = BY_NAME[name]
-    return prove(fx.before, fx.after, Options(assume=fx.assume))
-
-
-@pytest.mark.parametrize("fx", _params(FIXTURES))
+@pytest.mark.parametrize("fx", fixture_params(FIXTURES, SLOW))
 def test_fixture_verdict(fx: Fixture) -> None:
-    report = _report(fx.name)
+    report = proof_of(fx)
     if fx.name in LIMITS:
         found_by_numbers = (report.name == "discrepancy" and fx.expected["verdict"] == "discrepancy"
                             and report.findings[0].counterexample is not None)
@@ -72,10 +54,10 @@ def test_fixture_verdict(fx: Fixture) -> None:
         assert first.after.source == fx.bug_site, report.render()
 
 
-@pytest.mark.parametrize("fx", _params([f for f in FIXTURES
-                                        if f.expected["verdict"] == "equivalent" and f.name not in LIMITS]))
+@pytest.mark.parametrize("fx", fixture_params([f for f in FIXTURES
+                                              if f.expected["verdict"] == "equivalent" and f.name not in LIMITS]))
 def test_equivalent_reports_every_output(fx: Fixture) -> None:
-    report = _report(fx.name)
+    report = proof_of(fx)
     data = report.to_json()
     assert data["verdict"] == "equivalent"
     assert len(data["outputs"]) >= 1 and not data["discrepancies"]
