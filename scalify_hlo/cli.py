@@ -161,6 +161,9 @@ def diff(
     timeout: Annotated[float, typer.Option(callback=_positive_seconds,
                                            help="egglog seconds budget per question (> 0)")] = 5.0,
     nodes: Annotated[int, typer.Option(min=1, help="egglog e-node budget per question")] = 50_000,
+    time_limit: Annotated[float, typer.Option(callback=_positive_seconds,
+                                              help="seconds for the whole proof (> 0): past them the verdict is "
+                                                   "unknown, naming the first value left unread")] = 600.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print only the verdict line")] = False,
     assume: Annotated[list[str] | None, typer.Option(
         help="NAME=LO:HI: integer input NAME lies in [LO, HI) (token ids: JAX's table[ids] promises it); "
@@ -187,7 +190,7 @@ def diff(
     bar = _Progress(enabled=not quiet and json_out is None)
     try:
         report = verify(sources[0], sources[1], numeric=numeric, seed=seed, iterations=iterations, nodes=nodes,
-                        timeout=timeout, assume=promised, progress=bar.update)
+                        timeout=timeout, assume=promised, progress=bar.update, time_limit=time_limit)
     finally:
         bar.close()
     if json_out is not None:

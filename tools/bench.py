@@ -5,6 +5,7 @@
     python tools/bench.py --quick          # 8B and the 405B 1-layer only
     python tools/bench.py --only 405b-64   # one case (repeatable)
     python tools/bench.py --only 405b-train-64 --md /tmp/train.md   # report elsewhere (results: /tmp/train.json)
+    python tools/bench.py --only passes-8l-train --md /tmp/passes.md  # `passes` over a whole XLA dump, jobs 1 and 2
     python tools/bench.py --check          # run what the targets need, print each target and whether it is met
     python tools/bench.py --check --from-results   # run nothing: judge (and re-render BENCH.md from) results.json
     options: --timeout SECONDS (per verify, default 600), --no-generate (cached pairs only), --repeat N
@@ -13,6 +14,10 @@
 
 Cases are forward passes (``405b-64``, ...) and training steps (``*-train-*``: loss, ``jax.grad``, optax AdamW
 with the moments sharded like the params, bf16 params; ``tools/programs/llama_train.py``, ``tools/bench_train.py``).
+A ``passes-*`` case times ``scalify_hlo.passes.check_dump`` (``scalify-hlo passes``: every consecutive pass pair
+of XLA's whole pipeline dump) over an unrolled train step at the fixtures' widths
+(``bench_programs.generate_pass_dump``, cached under ``out/bench/<key>/dump/``, generation not timed), once per
+``--jobs`` setting, each in a fresh process: pairs, verdict counts, seconds, speedup of 2 jobs over 1.
 
 For every case: the pair's generation cost (``tools/bench_programs.py``, cached under ``out/bench/<key>/``,
 reported separately), the parse floor measured in this run on the same files (XLA's HLO text parser, XLA's
@@ -49,9 +54,12 @@ from bench_report import (
     _fmt,
     floor_table,
     generation_table,
+    passes_table,
+    passes_targets,
     results_table,
     targets,
     targets_text,
+    verify_results,
     write_reports,
 )
 
@@ -109,29 +117,55 @@ CASES: list[Case] = [
           f"'{bench_train.BUG_WEIGHT}' weight gradient over tp instead of fsdp (backward pass)", bug_layer=BUG_LAYER,
           train=True),
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class PassesCase:
+    """``check_dump`` over a whole XLA pass dump, timed once per entry of ``jobs`` (worker processes)."""
+
+    name: str
+    spec: bp.PassDumpSpec
+    what: str
+    jobs: tuple[int, ...] = (1, 2)
+
+
+PASSES_CASES: list[PassesCase] = [
+    PassesCase("passes-8l-train", bp.PassDumpSpec(layers=8, devices=8, tp=4),
+               "`passes` over the full XLA dump of a train step (8 layers unrolled, fixture widths, 8 devices as "
+               "fsdp 2 x tp 4): all pairs, --jobs 1 and --jobs 2"),
+]
+AnyCase = Case | PassesCase
 QUICK = ("8b-64", "405b-1L-64")
 CHECK = ("405b-64", "405b-1L-64", "405b-8", "405b-8-tp4", "405b-16", "405b-4096", "405b-64-bug97",
          "8b-train-8", "8b-train-64", "405b-train-64", "405b-train-scan-64", "405b-train-64-bug97",
-         "405b-train-8", "405b-train-4096")
-BY_NAME = {c.name: c for c in CASES}
+         "405b-train-8", "405b-train-4096", "passes-8l-train")
+ALL: list[AnyCase] = [*CASES, *PASSES_CASES]
+BY_NAME = {c.name: c for c in ALL}
 
 
 # ============================================================================================== children
 
 
-def _child_main(mode: str, before: str, after: str) -> int:
-    """Runs in a fresh process: ``floor`` or ``verify`` on one pair; prints one JSON result line."""
+def _child_main(mode: str, first: str, second: str) -> int:
+    """Runs in a fresh process: ``floor`` or ``verify`` on one pair (before, after), or ``passes`` on a dump
+    (directory, jobs); prints one JSON result line."""
     import resource
 
     t0 = time.perf_counter()
     warm = _warm_imports()
+    if mode == "passes":
+        import scalify_hlo.passes  # noqa: F401
     import_s = time.perf_counter() - t0
     out: dict[str, Any] = {"import_seconds": round(import_s, 3)}
     if mode == "floor":
-        out.update(parse_floor(before, after, warm))
+        out.update(parse_floor(first, second, warm))
+    elif mode == "passes":
+        out.update(_passes(first, int(second)))
     else:
-        out.update(_verify(before, after))
+        out.update(_verify(first, second))
     out["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if mode == "passes" and int(second) > 1:  # the largest worker process, reaped when the pool shut down
+        out["workers_peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
     print(MARK + json.dumps(out), flush=True)
     return 0
 
@@ -211,11 +245,42 @@ def _verify(before: str, after: str) -> dict[str, Any]:
     return out
 
 
+def _passes(dump: str, jobs: int) -> dict[str, Any]:
+    """``check_dump`` over every pair of the dump; wall time includes starting the worker processes (spawn)."""
+    from collections import Counter
+
+    from scalify_hlo.passes import check_dump
+
+    t0 = time.perf_counter()
+    results = check_dump(Path(dump), jobs=jobs)
+    wall = time.perf_counter() - t0
+    slowest = sorted(results, key=lambda r: -r.seconds)[:3]
+    return {
+        "jobs": jobs, "wall": round(wall, 3), "pairs": len(results), "modules": len({r.module for r in results}),
+        "verdicts": dict(Counter(r.verdict for r in results)), "modes": dict(Counter(r.mode for r in results)),
+        "errors": sum(r.error is not None for r in results),
+        "pair_seconds": round(sum(r.seconds for r in results), 3),  # the pairs' own times, summed over workers
+        "sequence": "".join(r.verdict[0] for r in results),  # e/u/d per pair in pipeline order: jobs must agree
+        "slowest": [{"passes": r.passes, "seconds": round(r.seconds, 3), "verdict": r.verdict} for r in slowest],
+        "not_equivalent": [_pass_finding(r) for r in results if r.verdict != "equivalent"],
+    }
+
+
+def _pass_finding(r: Any) -> dict[str, Any]:
+    """A pair that is not proven: where (module, passes, files) and why (reason, first finding's instruction)."""
+    out: dict[str, Any] = {"verdict": r.verdict, "module": r.module, "passes": r.passes, "mode": r.mode,
+                           "before": r.before.name, "after": r.after.name, "reason": r.reason[:500]}
+    findings = r.report.findings if r.report is not None else []
+    if findings and findings[0].after is not None:
+        out["instruction"] = findings[0].after.instruction
+    return out
+
+
 def _jsonable(x: Any) -> Any:
     return json.loads(json.dumps(x, default=str))
 
 
-def run_child(mode: str, before: Path, after: Path, timeout: float) -> dict[str, Any]:
+def run_child(mode: str, before: Path | str, after: Path | str, timeout: float) -> dict[str, Any]:
     """One fresh process; its peak RSS is watched from here too, so a timed-out case still reports it."""
     cmd = [PYTHON, str(Path(__file__).resolve()), "_child", mode, str(before), str(after)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
@@ -351,10 +416,44 @@ def _localised(res: dict[str, Any], after: Path) -> dict[str, Any]:
     return out
 
 
+def run_passes_case(case: PassesCase, *, generate: bool, timeout: float, repeat: int = 1) -> dict[str, Any]:
+    """The dump (cached), then one fresh ``passes`` child per jobs setting (fastest of ``repeat`` kept)."""
+    res: dict[str, Any] = {"name": case.name, "what": case.what, "kind": "passes",
+                           "spec": dataclasses.asdict(case.spec), "key": case.spec.key, "mesh": case.spec.mesh}
+    try:
+        d = bp.generate_pass_dump(case.spec, OUT, cache_only=not generate)
+    except Exception as err:  # generation failure or missing cache: report it, go on with the others
+        res["generation"] = {"error": f"{type(err).__name__}: {str(err).strip()[:500]}"}
+        return res
+    res["generation"] = {"cached": d.cached, **d.stats}
+    res["files"] = {"dump": str(d.dump.relative_to(REPO))}
+    res["runs"] = [best_of_passes(d.dump, jobs, timeout, repeat) for jobs in case.jobs]
+    by_jobs = {r.get("jobs"): r for r in res["runs"]}
+    one, two = by_jobs.get(1, {}), by_jobs.get(2, {})
+    if one.get("wall") and two.get("wall") and "pairs" in one and "pairs" in two:
+        res["speedup"] = round(one["wall"] / two["wall"], 2)
+        res["same_verdicts"] = one["sequence"] == two["sequence"]
+    return res
+
+
+def best_of_passes(dump: Path, jobs: int, timeout: float, repeat: int) -> dict[str, Any]:
+    """``repeat`` fresh ``check_dump`` runs with ``jobs`` workers, the fastest kept (all times listed)."""
+    runs: list[dict[str, Any]] = []
+    for _ in range(max(1, repeat)):
+        r = {"jobs": jobs, **run_child("passes", dump, str(jobs), timeout)}
+        runs.append(r)
+        if "pairs" not in r:  # timeout or error: nothing to time more precisely
+            return r
+    best = dict(min(runs, key=lambda r: r["wall"]))
+    if len(runs) > 1:
+        best["runs"] = [r["wall"] for r in runs]
+    return best
+
+
 # ================================================================================================== main
 
 
-def select(ns: argparse.Namespace) -> list[Case]:
+def select(ns: argparse.Namespace) -> list[AnyCase]:
     if ns.only:
         unknown = [n for n in ns.only if n not in BY_NAME]
         if unknown:
@@ -364,16 +463,25 @@ def select(ns: argparse.Namespace) -> list[Case]:
         return [BY_NAME[n] for n in QUICK]
     if ns.check:
         return [BY_NAME[n] for n in CHECK]
-    return list(CASES)
+    return list(ALL)
 
 
-def run(cases: Sequence[Case], *, generate: bool, timeout: float, repeat: int = 1,
+def run(cases: Sequence[AnyCase], *, generate: bool, timeout: float, repeat: int = 1,
         progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
     results = []
     for case in cases:
         t0 = time.perf_counter()
         progress(f"[{case.name}] {case.what} ...")
+        if isinstance(case, PassesCase):
+            r = run_passes_case(case, generate=generate, timeout=timeout, repeat=repeat)
+            progress(_passes_progress(r, time.perf_counter() - t0))
+            results.append(r)
+            continue
         r = run_case(case, generate=generate, timeout=timeout, repeat=repeat)
+        if "error" in r.get("generation", {}):
+            progress(f"[{case.name}] not run: {r['generation']['error']}")
+            results.append(r)
+            continue
         v = r.get("verify", {})
         progress(f"[{case.name}] generation {_fmt(r.get('generation', {}).get('seconds'))} s "
                  f"({'cached' if r.get('generation', {}).get('cached') else 'new'}), floor "
@@ -381,6 +489,16 @@ def run(cases: Sequence[Case], *, generate: bool, timeout: float, repeat: int = 
                  f"{v.get('verdict')} in {_fmt(v.get('wall'))} s ({time.perf_counter() - t0:.1f} s in all)")
         results.append(r)
     return results
+
+
+def _passes_progress(r: dict[str, Any], seconds: float) -> str:
+    g = r.get("generation", {})
+    if "error" in g:
+        return f"[{r['name']}] not run: {g['error']}"
+    runs = ", ".join(f"jobs {x.get('jobs')}: {x.get('pairs', x.get('verdict'))} pairs "
+                     f"{x.get('verdicts', x.get('reason'))} in {_fmt(x.get('wall'))} s" for x in r.get("runs", []))
+    return (f"[{r['name']}] generation {_fmt(g.get('seconds'))} s ({'cached' if g.get('cached') else 'new'}); "
+            f"{runs}; speedup {_fmt(r.get('speedup'))} ({seconds:.1f} s in all)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -401,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the cases")
     ns = ap.parse_args(argv)
     if ns.list:
-        for c in CASES:
+        for c in ALL:
             print(f"{c.name:20s} {c.spec.key:34s} {c.what}")
         return 0
     md, res = (ns.md, ns.md.with_suffix(".json")) if ns.md else (BENCH_MD, RESULTS)
@@ -414,18 +532,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         results = run(select(ns), generate=not ns.no_generate, timeout=ns.timeout, repeat=ns.repeat)
         write_reports(results, ns.timeout, ns.repeat, md_path=md, results_path=res)
-        print()
-        print(results_table(results))
-        print()
-        print(floor_table(results))
-        print()
-        print(generation_table(results))
+        verified = verify_results(results)
+        if verified:
+            print()
+            print(results_table(verified))
+            print()
+            print(floor_table(verified))
+            print()
+            print(generation_table(verified))
+        if len(verified) < len(results):
+            print()
+            print(passes_table(results))
         print(f"\nwrote {_shown(md)} and {_shown(res)}")
     if ns.check:
         print("\nTargets:")
         print(targets_text(results))
+        chosen = select(ns)
         judged = targets(results) + (bench_train.train_targets(results)
-                                     if any(c.spec.train for c in select(ns)) else [])
+                                     if any(isinstance(c, Case) and c.spec.train for c in chosen) else []) + \
+            (passes_targets(results) if any(isinstance(c, PassesCase) for c in chosen) else [])
         return 0 if all(ok for _, ok, _ in judged) else 1
     return 0
 

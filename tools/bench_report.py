@@ -1,5 +1,6 @@
-"""The reports of ``tools/bench.py``: the Markdown tables (verify, parse floor, generation), the issue's targets
-judged from the results, the machine description, and ``BENCH.md`` / ``results.json`` themselves.
+"""The reports of ``tools/bench.py``: the Markdown tables (verify, parse floor, generation, passes over an XLA
+dump), the issue's targets judged from the results, the machine description, and ``BENCH.md`` / ``results.json``
+themselves.
 
 Everything here reads result dictionaries (as ``tools/bench.py`` builds them and ``results.json`` stores them);
 nothing runs a case.
@@ -64,6 +65,15 @@ def layers(stats: dict[str, Any]) -> str:
     return f"{used.get('templates', 0)}/{used.get('instances', 0)}" + (" (retried)" if used.get("retried") else "")
 
 
+def verify_results(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The before/after pair cases (verify, floor and generation tables); ``passes`` cases have their own table."""
+    return [r for r in results if r.get("kind") != "passes"]
+
+
+def passes_results(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in results if r.get("kind") == "passes"]
+
+
 def results_table(results: Sequence[dict[str, Any]]) -> str:
     head = ("| case | verdict | wall s | parse | mesh | before | after | outputs | other | peak RSS MiB | "
             "floor s | wall/floor | segments u/t | layers t/s | bug localised |")
@@ -119,6 +129,61 @@ def floor_table(results: Sequence[dict[str, Any]]) -> str:
                                        _fmt(f.get("floor_walk_ops"), "d"), _fmt(f.get("peak_rss_mib"), ".0f")])
                     + " |")
     return "\n".join(rows)
+
+
+def passes_table(results: Sequence[dict[str, Any]]) -> str:
+    """One row per ``passes`` case: the dump, pairs, verdict counts and seconds with 1 and 2 worker processes."""
+    head = ("| case | dump files (MiB) | pairs | equivalent | unknown | discrepancy | jobs=1 s | jobs=2 s | speedup | "
+            "same verdicts | peak RSS MiB jobs=1 | jobs=2 (main + largest worker) | gen s | cached |")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in passes_results(results):
+        g = r.get("generation", {})
+        if "error" in g:
+            rows.append(f"| {r['name']} | {g['error'][:160]} |")
+            continue
+        by_jobs = {x.get("jobs"): x for x in r.get("runs", [])}
+        one, two = by_jobs.get(1, {}), by_jobs.get(2, {})
+        counts = one.get("verdicts") or two.get("verdicts") or {}
+        same = r.get("same_verdicts")
+        rows.append("| " + " | ".join([
+            r["name"], f"{_fmt(g.get('files'), 'd')} ({_fmt(g.get('bytes', 0) / 2**20, '.0f')})",
+            _fmt(one.get("pairs", two.get("pairs")), "d"),
+            *(_fmt(counts.get(v, 0) if counts else None, "d") for v in ("equivalent", "unknown", "discrepancy")),
+            _passes_seconds(one), _passes_seconds(two), _fmt(r.get("speedup")),
+            "-" if same is None else ("yes" if same else "NO"), _fmt(one.get("peak_rss_mib"), ".0f"),
+            f"{_fmt(two.get('peak_rss_mib'), '.0f')} + {_fmt(two.get('workers_peak_rss_mib'), '.0f')}",
+            _fmt(g.get("seconds")), "yes" if g.get("cached") else "no"]) + " |")
+    return "\n".join(rows)
+
+
+def _passes_seconds(run: dict[str, Any]) -> str:
+    return _fmt(run.get("wall")) if "pairs" in run else f"{run.get('verdict', '-')}"
+
+
+def passes_findings(results: Sequence[dict[str, Any]]) -> str:
+    """The pairs not proven equivalent (from the jobs=1 run): module, passes, dump file after, reason."""
+    lines = []
+    for r in passes_results(results):
+        runs = r.get("runs") or [{}]
+        for f in runs[0].get("not_equivalent", []):
+            at = f" (%{f['instruction']})" if f.get("instruction") else ""
+            lines.append(f"- `{r['name']}` {f['verdict']}: {f['passes']} — `{f['after']}`{at}: {f['reason'][:300]}")
+    return "\n".join(lines) or "- none: every pair equivalent"
+
+
+def passes_targets(results: Sequence[dict[str, Any]]) -> list[tuple[str, bool | None, str]]:
+    """Issue 15: `passes` over the full dump of an 8-layer train step, all pairs, timed with 1 and 2 jobs; met
+    when both runs checked every pair, agree pair by pair and found no discrepancy (a clean compile has none)."""
+    label = "`passes` over the full XLA dump of an 8-layer train step, all pairs, --jobs 1 and --jobs 2"
+    r = next((x for x in passes_results(results) if x["name"] == "passes-8l-train"), None)
+    if r is None or "speedup" not in r:
+        why = "not run" if r is None else r.get("generation", {}).get("error") or "a run timed out or failed"
+        return [(label, None, why)]
+    one, two = (next(x for x in r["runs"] if x["jobs"] == j) for j in (1, 2))
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(one["verdicts"].items()))
+    ok = bool(r["same_verdicts"]) and not one["verdicts"].get("discrepancy") and one["pairs"] == two["pairs"]
+    return [(label, ok, f"{one['pairs']} pairs ({counts}); {one['wall']:.2f} s with 1 job, {two['wall']:.2f} s with "
+             f"2 (speedup {r['speedup']:.2f}); verdicts {'the same' if r['same_verdicts'] else 'DIFFER'}")]
 
 
 # --------------------------------------------------------------------------------------------- targets
@@ -206,6 +271,10 @@ def targets_text(results: Sequence[dict[str, Any]]) -> str:
         for label, ok, measured in bench_train.train_ratios(results):
             mark = "within" if ok else ("not measured" if ok is None else "above")
             lines.append(f"- (information, train step) {label}: {mark} — {measured}")
+    if passes_results(results):
+        for label, ok, measured in passes_targets(results):
+            mark = "MET" if ok else ("not measured" if ok is None else "NOT MET")
+            lines.append(f"- [{'x' if ok else ' '}] {label}: **{mark}** — {measured}")
     return "\n".join(lines)
 
 
@@ -235,6 +304,25 @@ def machine() -> dict[str, Any]:
             "commit": commit, "dirty": dirty, "generator": bp.GENERATOR_VERSION}
 
 
+def _passes_section(results: Sequence[dict[str, Any]]) -> str:
+    return f"""
+## Passes over an XLA dump (`scalify-hlo passes`, `scalify_hlo.passes.check_dump`)
+
+Every consecutive pass pair of XLA's whole pipeline dump (`--xla_dump_hlo_pass_re=.*`, large constants in full)
+of an unrolled Llama train step (loss, `jax.value_and_grad`, optax AdamW, {bp.TRAIN_DTYPE} params) at the test
+fixtures' widths (`llama.TINY`: the instruction count of a real step, small files), compiled to the end on
+fake CPU devices (`tools/bench_programs.py gen-passes`, cached under `out/bench/<key>/dump/`, not timed). One
+fresh process per `--jobs` setting, imports excluded; the jobs=2 time includes starting its two spawned worker
+processes (each imports the prover). `same verdicts`: the two runs agree pair by pair.
+
+{passes_table(results)}
+
+Pairs not proven equivalent (jobs=1):
+
+{passes_findings(results)}
+"""
+
+
 def write_reports(results: list[dict[str, Any]], timeout: float, repeat: int = 1,
                   stored: dict[str, Any] | None = None, *, md_path: Path = BENCH_MD, results_path: Path = RESULTS) -> str:
     """BENCH.md and results.json of this run; with ``stored`` (a results.json), BENCH.md re-rendered from it."""
@@ -247,6 +335,7 @@ def write_reports(results: list[dict[str, Any]], timeout: float, repeat: int = 1
     else:
         m = stored["machine"]
     cases = "\n".join(f"- `{r['name']}` ({r['key']}): {r['what']}" for r in results)
+    verified = verify_results(results)
     raw = results_path.relative_to(REPO) if results_path.resolve().is_relative_to(REPO) else results_path
     dirty = " (with uncommitted changes)" if m.get("dirty") else ""
     text = f"""# BENCH — scalify-hlo at scale
@@ -278,18 +367,20 @@ MLIR parse of both files (table below); timeout {timeout:.0f} s per case; fastes
 `segments u/t`: e-graph questions built / asked; `layers t/s`: layer memoization's templates (segments read
 once over fresh leaves) / segments given a template's facts instead of being derived (`prove/layers.py`).
 
-{results_table(results)}
+{results_table(verified)}
 
 ## Parse floor (seconds; same files, same run)
 
-{floor_table(results)}
+{floor_table(verified)}
 
 ## Generation (cached under `out/bench/<key>/`; not part of any verify time)
 
 Worker process: jax import, lowering (jit trace + StableHLO), compile until XLA has written the
 `after_spmd-partitioning` dump, then killed (XLA's CPU optimisation and codegen never run).
 
-{generation_table(results)}
+{generation_table(verified)}
 """
+    if passes_results(results):
+        text += _passes_section(results)
     md_path.write_text(text)
     return text

@@ -28,6 +28,7 @@ from scalify_hlo.ops.attrs import region_key, term_attrs
 from scalify_hlo.ops.reducers import top_k_of_call
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
 from scalify_hlo.prove import branches, cases, per_device
+from scalify_hlo.prove.egraph import Deadline
 from scalify_hlo.prove.layers import LayerStats, Segments, plan
 from scalify_hlo.rules import boundary, halo, linalg, masked_moves, masking, sorting
 from scalify_hlo.rules import collectives as C
@@ -86,9 +87,11 @@ class Deriver:
     """Derives a fact for every value of a function, given facts for its parameters."""
 
     def __init__(self, terms: Terms, mesh: Mesh, resync: Resync | None = None,
-                 known: Callable[[Term], int] | None = None, loops: Loops | None = None, plain: bool = False) -> None:
+                 known: Callable[[Term], int] | None = None, loops: Loops | None = None, plain: bool = False,
+                 deadline: Deadline | None = None) -> None:
         self.terms = terms
         self.mesh = mesh
+        self.deadline = deadline  # past it, ops are left unread (`op`)
         self.facts: dict[Value, Fact] = {}
         self.resync = resync
         self.progress: Callable[[int, int], None] | None = None
@@ -136,7 +139,7 @@ class Deriver:
 
     def sibling(self) -> Deriver:
         """A fresh derivation over the same terms and mesh (one case of a case split)."""
-        return Deriver(self.terms, self.mesh, resync=self.resync, known=self.ctx.known)
+        return Deriver(self.terms, self.mesh, resync=self.resync, known=self.ctx.known, deadline=self.deadline)
 
     def region(self, region: Region, args: Sequence[Fact], keep_blocks: bool = False,
                layers: LayerStats | None = None) -> tuple[Fact, ...]:
@@ -185,7 +188,12 @@ class Deriver:
             self.resync = resync
 
     def op(self, op: Op) -> None:
-        out = self._transfer(op, tuple(self.facts[v] for v in op.operands))
+        if self.deadline is not None and self.deadline.passed():
+            # Unread, not wrong: a failure without evidence, and the first such op is what the report names.
+            out: tuple[Fact, ...] = tuple(self.ctx.unsupported(op, f"not read: {self.deadline.reason}")
+                                          for _ in op.results)
+        else:
+            out = self._transfer(op, tuple(self.facts[v] for v in op.operands))
         if len(out) != len(op.results):
             out = tuple(self.ctx.unsupported(op, "results that do not match the rule") for _ in op.results)
         if self.resync is not None:

@@ -39,6 +39,22 @@ class Budget:
     seconds: float = 5.0
 
 
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """The end of a whole run's time (`Options.time_limit`): past it no e-graph is built and no op is read
+    (`Deriver.op`), so a run that cannot finish ends `unknown` at the first value left unread."""
+
+    at: float  # time.perf_counter() value
+    seconds: float  # the limit it was made from, for messages
+
+    def passed(self) -> bool:
+        return time.perf_counter() > self.at
+
+    @property
+    def reason(self) -> str:
+        return f"the run's time limit ({self.seconds:g} s) ran out: raise --time-limit"
+
+
 @dataclass
 class Stats:
     questions: int = 0
@@ -134,8 +150,9 @@ def attr_text(attrs: Iterable[tuple[str, Any]]) -> str:
 class EGraph:
     """The template e-graph (rules declared once) and the questions asked of it."""
 
-    def __init__(self, budget: Budget | None = None) -> None:
+    def __init__(self, budget: Budget | None = None, deadline: Deadline | None = None) -> None:
         self.budget = budget or Budget()
+        self.deadline = deadline
         self.stats = Stats()
         high = egglog.EGraph()
         high.register(*algebra.declare_all())
@@ -227,6 +244,9 @@ class EGraph:
             self.stats.memo_hits += 1
             self.stats.seconds += time.perf_counter() - started
             return self._memo[key]
+        if self.deadline is not None and self.deadline.passed():
+            self.stats.exhausted += 1  # not proven for want of time, as a budget run out
+            return tuple(False for _ in pairs)
         answers = [False] * len(pairs)
         self.stats.egraph_calls += 1
         self.raw.run_program(bindings.Push(1))
@@ -272,6 +292,8 @@ class EGraph:
         if finished(done):
             return tuple(done)
         deadline = time.perf_counter() + self.budget.seconds
+        if self.deadline is not None:
+            deadline = min(deadline, self.deadline.at)
         schedule = self._schedule()
         saturated = False
         for _ in range(self.budget.iterations):

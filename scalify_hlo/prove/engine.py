@@ -27,7 +27,7 @@ from scalify_hlo.layout.program import Program, prepare, prepare_against
 from scalify_hlo.parsers.chlo import expand_for_hlo
 from scalify_hlo.prove import carried
 from scalify_hlo.prove.derive import Deriver, loop_term, unrolled, while_terms
-from scalify_hlo.prove.egraph import EGraph
+from scalify_hlo.prove.egraph import Deadline, EGraph
 from scalify_hlo.prove.evidence import Evidence, param_name, partial_counterexample
 from scalify_hlo.prove.layers import LayerStats
 from scalify_hlo.prove.localize import localize_blocks, localize_failure, localize_mismatch
@@ -43,6 +43,7 @@ from scalify_hlo.report.verdicts import (
     Finding,
     OutputProof,
     Report,
+    Site,
     Unknown,
 )
 from scalify_hlo.rules import halo, perblock
@@ -105,14 +106,16 @@ def _prove(before: str | Path | Module, after: str | Path | Module, options: Opt
     timings["mesh"] = time.perf_counter() - t0
     _check_pair(bp, ap, opts.plain)
     _check_assumptions(bp, opts.assume)
-    prover = _Prover(bp, ap, opts)
+    # The time limit counts from the start: parsing is part of the run a user waits for.
+    deadline = Deadline(started + opts.time_limit, opts.time_limit) if opts.time_limit is not None else None
+    prover = _Prover(bp, ap, opts, deadline)
     report = prover.run()
     timings.update(prover.timings)
     first = prover
-    if prover.layers.instances and isinstance(report.verdict, Unknown):
+    if prover.layers.instances and isinstance(report.verdict, Unknown) and not (deadline and deadline.passed()):
         # Substituted layers keep the normal forms their template chose over opaque inputs; where that
         # leaves a question open, every op is read as usual before `unknown` is said.
-        prover = _Prover(bp, ap, dataclasses.replace(opts, layers=False))
+        prover = _Prover(bp, ap, dataclasses.replace(opts, layers=False), deadline)
         report = prover.run()
         for k, v in prover.timings.items():
             timings[k] = timings.get(k, 0.0) + v
@@ -129,6 +132,7 @@ def _prove(before: str | Path | Module, after: str | Path | Module, options: Opt
         "egraph_max_nodes": prover.egraph.stats.max_nodes,
         "egraph_seconds": round(prover.egraph.stats.seconds, 4),
         "egraph_budget_exhausted": prover.egraph.stats.exhausted,
+        "time_limit_reached": bool(deadline and deadline.passed()),
         "egraph_ruled_out": prover.egraph.stats.ruled_out,  # questions no rewrite could settle, not asked
         "resynced": prover.sync.stats.resynced if prover.sync else 0,
         # How the outputs of a proof were proven (`OutputProof.how`): the share that needed saturation.
@@ -185,10 +189,10 @@ def _check_assumptions(bp: Program, assume: Mapping[str, tuple[int, int]]) -> No
 
 
 class _Prover:
-    def __init__(self, bp: Program, ap: Program, opts: Options) -> None:
-        self.bp, self.ap, self.opts = bp, ap, opts
+    def __init__(self, bp: Program, ap: Program, opts: Options, deadline: Deadline | None = None) -> None:
+        self.bp, self.ap, self.opts, self.deadline = bp, ap, opts, deadline
         self.terms = Terms({name: (lo, hi - 1) for name, (lo, hi) in opts.assume.items()})
-        self.egraph = EGraph(opts.budget)
+        self.egraph = EGraph(opts.budget, deadline)
         self.sync: Sync | None = None
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
@@ -209,7 +213,7 @@ class _Prover:
         # Every reference loop, as the before program reads it (loop bodies too, each time an induction
         # re-reads the body around them): the loops an after loop may be proven against.
         self.loops: dict[tuple[int, ...], list[_RefLoop]] = {}
-        bd = Deriver(self.terms, Mesh(()), plain=plain, loops=self._reference_loop)
+        bd = Deriver(self.terms, Mesh(()), plain=plain, loops=self._reference_loop, deadline=self.deadline)
         params = [self.terms.param(i, p.tensor, param_name(bp, i)) for i, p in enumerate(bp.func.params)]
         if self.opts.progress is not None:
             report = self.opts.progress
@@ -221,8 +225,10 @@ class _Prover:
         for j, f in enumerate(bouts):
             g = bd.lift(f)
             if not isinstance(g, Holds):
-                reason = g.reason if isinstance(g, Failed) else "a non-tensor result"
-                return self._report(Unknown(f"the before program's output {j} cannot be read: {reason}"))
+                reason = f"the before program's output {j} cannot be read: " + (
+                    g.reason if isinstance(g, Failed) else "a non-tensor result")
+                at = g.op if isinstance(g, Failed) else None
+                return self._report(Unknown(reason, (Finding(reason, before=Site.of(at)),) if at else ()))
             before_terms.append(g.term)
         if bp.form != "global" and not plain:
             return self._report(Unknown(f"the before program is a {bp.form} program; expected a single-device one"))
@@ -231,7 +237,7 @@ class _Prover:
         self.bd = bd
         t0 = time.perf_counter()
         ad = Deriver(self.terms, Mesh(()) if plain else ap.mesh, resync=self.sync.resync, known=self.sync.known,
-                     loops=self._induction, plain=plain)
+                     loops=self._induction, plain=plain, deadline=self.deadline)
         ad.loop_terms = True
         seeds = self._seeds(params)
         if self.opts.progress is not None:
@@ -492,7 +498,10 @@ class _Prover:
             return refine_verdict(self.tracer, found)
         if doubts:
             reason = doubts[0].reason
-            if self.egraph.stats.exhausted:
+            if self.deadline is not None and self.deadline.passed():
+                if self.deadline.reason not in reason:  # (an op left unread says so already)
+                    reason += f" ({self.deadline.reason})"
+            elif self.egraph.stats.exhausted:
                 reason += " (an e-graph budget ran out: raise --iterations, --nodes or --timeout)"
             return Unknown(reason, tuple(doubts))
         return Equivalent(tuple(proofs))

@@ -22,3 +22,6 @@ class Options:
     # Runs of alike segments (unrolled layers) derived once and substituted (`prove/layers.py`); off, every
     # op is derived. A verdict other than `equivalent` reached with them is re-derived without.
     layers: bool = True
+    # Seconds for the whole run: past them every value not yet read is left unread (`egraph.Deadline`) and
+    # the verdict is `unknown`, naming the first. None: no limit.
+    time_limit: float | None = 600.0
