@@ -64,6 +64,7 @@ class Stats:
     max_nodes: int = 0
     seconds: float = 0.0
     exhausted: int = 0
+    exhausted_nodes: int = 0  # e-nodes reached by the first question whose budget ran out
     ruled_out: int = 0  # questions answered "not provable" by `Heads`, without an e-graph
 
 
@@ -307,6 +308,8 @@ class EGraph:
             if time.perf_counter() > deadline or size > self.budget.nodes:
                 break
         if not finished(done) and not saturated:
+            if not self.stats.exhausted_nodes:
+                self.stats.exhausted_nodes = self.size()
             self.stats.exhausted += 1  # a budget ran out: "not proven" may just mean "not yet"
         return tuple(done)
 

@@ -502,9 +502,19 @@ class _Prover:
                 if self.deadline.reason not in reason:  # (an op left unread says so already)
                     reason += f" ({self.deadline.reason})"
             elif self.egraph.stats.exhausted:
-                reason += " (an e-graph budget ran out: raise --iterations, --nodes or --timeout)"
+                reason += f" ({self._exhausted()}: raise --iterations, --nodes or --timeout)"
             return Unknown(reason, tuple(doubts))
         return Equivalent(tuple(proofs))
+
+    def _exhausted(self) -> str:
+        """Where an e-graph budget first ran out: the op whose value was being brought back in step, if any."""
+        stats, op = self.egraph.stats, self.sync.exhausted_at if self.sync else None
+        where = ""
+        if op is not None:
+            site = Site.of(op)
+            where = f", first at {site.label()}" + (f" ({site.source})" if site.source else "")
+        return (f"an e-graph budget ran out {stats.exhausted} time{'s' if stats.exhausted > 1 else ''}{where}, "
+                f"reaching {stats.exhausted_nodes} e-nodes")
 
     def _blockwise(self, term: Term, bt: Term, norm: blockwise.Normaliser) -> bool:
         if not block_equality.equal(self.terms, term, bt, norm):

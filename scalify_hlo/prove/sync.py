@@ -49,6 +49,7 @@ class Sync:
         self.signatures = {(t.op, tuple(a.type for a in t.args), t.type) for t in self.before.values()}
         self.subst: dict[int, Term] = {}
         self.stats = SyncStats()
+        self.exhausted_at: Op | None = None  # the op whose question first ran out of e-graph budget
         self._frontier: dict[int, frozenset[int] | None] = {}
         self._up: dict[int, dict[int, int]] = {}  # before term -> the before terms above it (`_above`)
 
@@ -88,7 +89,11 @@ class Sync:
             self.stats.no_candidate += 1
             return fact
         self.stats.attempts += 1
-        for b, proven in zip(candidates, self.prove_many(t, candidates), strict=True):
+        exhausted = self.egraph.stats.exhausted
+        answers = self.prove_many(t, candidates)
+        if self.exhausted_at is None and self.egraph.stats.exhausted > exhausted:
+            self.exhausted_at = op
+        for b, proven in zip(candidates, answers, strict=True):
             if proven:
                 self.subst[t.id] = b
                 self.stats.resynced += 1

@@ -1,6 +1,7 @@
-"""The whole run's time limit (`--time-limit`, `Options.time_limit`): past it no op is read and no e-graph is
-built, and the verdict is `unknown` naming the first value left unread; never `equivalent`, never a
+"""Budgets: the whole run's time limit (`--time-limit`, `Options.time_limit`): past it no op is read and no
+e-graph is built, and the verdict is `unknown` naming the first value left unread; never `equivalent`, never a
 discrepancy without a counterexample; the limit is checked where the work happens, so a run ends soon after.
+A question that runs out of its e-graph budget makes the verdict `unknown` naming the op it was asked for.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from conftest import FIXTURES, run_cli
 
 from scalify_hlo.ir.nodes import TensorType
 from scalify_hlo.prove import egraph
-from scalify_hlo.prove.egraph import Deadline, EGraph
+from scalify_hlo.prove.egraph import Budget, Deadline, EGraph
 from scalify_hlo.prove.engine import Options, prove
 from scalify_hlo.terms.table import Terms
 
@@ -77,3 +78,14 @@ def test_cli_time_limit() -> None:
     assert run.returncode == 2 and "time limit" in run.stdout, run.stdout
     bad = run_cli("diff", DEEP / "before.mlir", DEEP / "after.hlo", "--time-limit", "0")
     assert bad.returncode == 3 and "not a positive number of seconds" in bad.stderr + bad.stdout
+
+
+def test_an_exhausted_egraph_budget_names_the_op_it_was_asked_for() -> None:
+    """A data-parallel SGD step whose gradient mean is proven by saturation, with a budget too small for it."""
+    fx = FIXTURES / "dp_mean_sgd_shard_map"
+    report = prove(fx / "before.mlir", fx / "after.mlir", Options(budget=Budget(iterations=1, nodes=10, seconds=0.01)))
+    assert report.name == "unknown", report.render()
+    reason = report.verdict.reason
+    assert "an e-graph budget ran out" in reason and "first at multiply" in reason, reason
+    assert "(tools/programs/train.py:59)" in reason and "e-nodes" in reason, reason
+    assert prove(fx / "before.mlir", fx / "after.mlir").name == "equivalent"  # with the default budget
