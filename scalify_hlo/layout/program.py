@@ -96,7 +96,8 @@ def _device_arrays(module: Module, func: Func,
                    hint: Mesh | None = None) -> Iterator[tuple[np.ndarray, str, bool]]:
     """Every device list of the module that a mesh should factor, with whether it may be left out: tile
     assignments (required) and replica groups (optional: any partition of the devices is legal, and the
-    collective of groups the mesh cannot express is reported `unknown`)."""
+    collective of groups the mesh cannot express is reported `unknown`). Each list once, named by its first
+    use: a model repeats a few shardings and groups on thousands of ops, each list as long as the mesh."""
     def from_sharding(s: Sharding | None, label: str) -> Iterator[tuple[np.ndarray, str, bool]]:
         if isinstance(s, Tiled):
             yield s.devices.array, label, False
@@ -105,22 +106,29 @@ def _device_arrays(module: Module, func: Func,
                 yield from from_sharding(e, f"{label}[{i}]")
 
     where = Span(module.path)
+    seen: set[object] = set()
+
+    def shardings(attrs: Attrs, of: str | Op) -> Iterator[tuple[np.ndarray, str, bool]]:
+        text = str(attrs["mhlo.sharding"]) if "mhlo.sharding" in attrs else None
+        if text is not None and text not in seen:
+            seen.add(text)
+            yield from from_sharding(parse_gspmd(text, where), f"sharding of {of if isinstance(of, str) else of.describe()}")
+
     # With several replicas, group ids are replica or flattened ids, not partitions: no mesh of partitions
     # to read from them (the engine reports such programs unknown; they must not be bad input on the way).
     partitions_only = module.num_replicas == 1
     for i, attrs in enumerate(func.arg_attrs):
-        yield from from_sharding(_gspmd_only(attrs, where), f"sharding of parameter {i}")
+        yield from shardings(attrs, f"parameter {i}")
     for i, attrs in enumerate(func.result_attrs):
-        yield from from_sharding(_gspmd_only(attrs, where), f"sharding of result {i}")
+        yield from shardings(attrs, f"result {i}")
     for op in walk(func.body.ops):
-        yield from from_sharding(_gspmd_only(op.attrs, where), f"sharding of {op.describe()}")
+        yield from shardings(op.attrs, op)
         listed = listed_groups(op)
         if partitions_only and listed is not None and has_channel(op):
-            yield canonical_groups(listed, hint), f"replica groups of {op.describe()}", True
-
-
-def _gspmd_only(attrs: Attrs, where: Span | None = None) -> Sharding | None:
-    return parse_gspmd(str(attrs["mhlo.sharding"]), where) if "mhlo.sharding" in attrs else None
+            key = (listed.shape, listed.tobytes())
+            if key not in seen:
+                seen.add(key)
+                yield canonical_groups(listed, hint), f"replica groups of {op.describe()}", True
 
 
 def used_meshes(module: Module) -> tuple[tuple[str, str], ...]:
