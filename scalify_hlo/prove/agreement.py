@@ -23,6 +23,7 @@ from scalify_hlo.layout.program import Program
 from scalify_hlo.numeric import machine as numeric
 from scalify_hlo.numeric import trials
 from scalify_hlo.numeric.values import Val
+from scalify_hlo.prove.egraph import Deadline
 
 MAX_EVENTS = 200_000  # op executions recorded per program; beyond, no comparison (a long loop)
 MAX_INSTANCES = 256  # executions of one value kept (a loop's first iterations)
@@ -199,8 +200,9 @@ class Reference:
 class Agreement:
     """Whether an after value (one execution, `[devices, *local]`) is a reference value laid out over the mesh."""
 
-    def __init__(self, ref: Reference, mesh: Mesh) -> None:
+    def __init__(self, ref: Reference, mesh: Mesh, deadline: Deadline | None = None) -> None:
         self.ref, self.mesh = ref, mesh
+        self.deadline = deadline  # past it, the search gives up (`GiveUp`) like past MAX_COMPARISONS
         self.memo: dict[tuple[int, int], list[Value] | None] = {}
         self.comparisons = 0
         self._layouts: dict[tuple[int, ...], list[tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]]] = {}
@@ -254,7 +256,8 @@ class Agreement:
 
     def _close(self, a: np.ndarray, b: np.ndarray) -> bool:
         self.comparisons += 1
-        if self.comparisons > MAX_COMPARISONS:
+        if self.comparisons > MAX_COMPARISONS or (self.comparisons % 256 == 0 and self.deadline is not None
+                                                  and self.deadline.passed()):
             raise GiveUp
         if a.shape != b.shape:
             return False

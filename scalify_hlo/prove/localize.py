@@ -10,6 +10,7 @@ after program never reproduces although it reproduces the operands.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 from scalify_hlo.ir.nodes import Frame, Op, Value, walk
@@ -157,8 +158,20 @@ def _constant_like(t: Term) -> bool:
     return not any(s.op in ("param", "var") for s in t.walk())
 
 
+def _first_containing(ap: Program, ad: Deriver) -> dict[int, Op]:
+    """For every term some op's value is made of, the first op (in program order) whose term contains it:
+    one walk over all the ops' terms, each subterm visited once."""
+    first: dict[int, Op] = {}
+    seen: set[int] = set()
+    for op in _ops_in_order(ap):
+        if _computes(op) and (h := _fact(ad, op)) is not None:
+            for s in h.term.walk(seen):
+                first[s.id] = op
+    return first
+
+
 def _blame(node: Term, ap: Program, ad: Deriver, sync: Sync, order: dict[int, int],
-           toward: Callable[[Op], bool]) -> Op | None:
+           toward: Callable[[Op], bool], containing: Callable[[], dict[int, Op]]) -> Op | None:
     """The after op responsible for a frontier term: the op holding it (the first whose value is used on
     the way to the output, `toward`: one constant may be written twice); for a constant lifted from a
     device-varying value, the first op of that value's chain whose result is already foreign; else the
@@ -181,8 +194,7 @@ def _blame(node: Term, ap: Program, ad: Deriver, sync: Sync, order: dict[int, in
         return min(users, key=lambda o: order[id(o)])
     # An inner node of a normal form (a data movement's reshape to its digits, say): the first op whose
     # term contains it.
-    inner = next((op for op in _ops_in_order(ap) if _computes(op) and (h := _fact(ad, op)) is not None
-                  and node.id in _subterms(h.term)), None)
+    inner = containing().get(node.id)
     if inner is not None:
         return inner
     # A term no op holds (the blocks of a shard_map result put in the order its out_specs declare): the
@@ -240,8 +252,9 @@ def localize_mismatch(j: int, after_term: Term, before_term: Term, bp: Program, 
         """`o` computes part of the output that differs."""
         return id(o) in cone
 
+    containing = functools.cache(lambda: _first_containing(ap, ad))  # (built only if a node needs it)
     blamed = [(op, n) for n in _foreign_frontier(after_term, sync)
-              if (op := _blame(n, ap, ad, sync, order, toward)) is not None]
+              if (op := _blame(n, ap, ad, sync, order, toward, containing)) is not None]
     after_op, node = min(blamed, key=lambda b: order[id(b[0])]) if blamed else (None, None)
     # A block of a value the reference computes whole is no difference yet: the after program goes on
     # block by block (online softmax, blockwise scans) in a way the prover does not follow.

@@ -47,6 +47,7 @@ from scalify_hlo.prove.agreement import (
     links_of,
     run_both,
 )
+from scalify_hlo.prove.egraph import Deadline
 from scalify_hlo.prove.evidence import runnable
 from scalify_hlo.report.verdicts import Discrepancy, Finding, Site
 
@@ -64,23 +65,30 @@ class Origin:
 class Tracer:
     """Both programs run once (lazily) on random inputs, their values kept; `origin(j)` per differing output."""
 
-    def __init__(self, bp: Program, ap: Program, seed: int, bounds: dict[int, tuple[int, int]], limit: int) -> None:
+    def __init__(self, bp: Program, ap: Program, seed: int, bounds: dict[int, tuple[int, int]], limit: int,
+                 deadline: Deadline | None = None) -> None:
         self.bp, self.ap = bp, ap
         self.seed, self.bounds, self.limit = seed, bounds, limit
-        self._ran: tuple[Recorder, Recorder] | None = None
+        self.deadline = deadline
+        self._search: _Search | None = None
         self._tried = False
 
     def origin(self, j: int, claimed: Site | None = None) -> Origin | None:
         """Where output `j` first differs; None where none is found or the prover's frontier (`claimed`, the
-        op it names) stands (see the module docstring)."""
+        op it names) stands (see the module docstring). One search serves every output, so the values it
+        judged and its budget of comparisons (`agreement.MAX_COMPARISONS`) are shared: a program whose many
+        outputs differ is searched once, not once per output. Past the run's deadline: None."""
+        if self.deadline is not None and self.deadline.passed():
+            return None
         if not self._tried:
             self._tried = True
-            if runnable(self.bp, self.ap, self.limit):
-                self._ran = run_both(self.bp, self.ap, self.seed, self.bounds)
-        if self._ran is None or j >= len(self.ap.module.main.body.results):
+            ran = run_both(self.bp, self.ap, self.seed, self.bounds) if runnable(self.bp, self.ap, self.limit) else None
+            if ran is not None:
+                self._search = _Search(*ran, self.bp, self.ap, self.deadline)
+        if self._search is None or j >= len(self.ap.module.main.body.results):
             return None
         try:
-            return _Search(*self._ran, self.bp, self.ap).origin(j, claimed)
+            return self._search.origin(j, claimed)
         except GiveUp:
             return None
 
@@ -88,12 +96,12 @@ class Tracer:
 class _Search:
     """The after program's recorded values judged against the reference's, and the search back from an output."""
 
-    def __init__(self, rb: Recorder, ra: Recorder, bp: Program, ap: Program) -> None:
+    def __init__(self, rb: Recorder, ra: Recorder, bp: Program, ap: Program, deadline: Deadline | None = None) -> None:
         self.ra, self.bp, self.ap = ra, bp, ap
         self.links = links_of(ap.module)
         self.dependent = dependent_on_inputs(ap.module, self.links)
         self.ref = Reference(rb)
-        self.agree = Agreement(self.ref, ap.mesh)
+        self.agree = Agreement(self.ref, ap.mesh, deadline)
         self.made = {r: op for f in ap.module.funcs.values() for op in walk(f.body.ops) for r in op.results}
         self.maker: dict[int, tuple[Value, int]] = {}  # id(array) → the value and event that made it (no alias)
         for v, kept in ra.instances.items():
