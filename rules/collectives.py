@@ -33,6 +33,7 @@ from scalify_hlo.layout.groups import (
     block_sources,
     device_groups,
     has_channel,
+    relaid_by_pairs,
     shift_of_pairs,
 )
 from scalify_hlo.layout.mesh import Layout, Reducer
@@ -329,8 +330,12 @@ def collective_permute(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact,
     permuted = _permuted_blocks(ctx, f, pairs.array)
     if permuted is not None:
         return (permuted,)
-    return (ctx.unsupported(op, "a collective-permute that is neither a cyclic shift along one mesh axis nor a "
-                            "permutation of the blocks of one split dim"),)
+    relaid = relaid_by_pairs(pairs.array, ctx.mesh, f.layout)
+    if relaid is not None:  # the same value, its blocks moved to where another layout has them
+        return (Holds(f.term, relaid, f.origin),)
+    return (ctx.unsupported(op, "a collective-permute that is neither a cyclic shift along one mesh axis, nor a "
+                            "permutation of the blocks of one split dim, nor a move of every block to where "
+                            "another layout holds it"),)
 
 
 def _permuted_blocks(ctx: Ctx, f: Holds, pairs: np.ndarray) -> Holds | None:

@@ -19,7 +19,7 @@ from scalify_hlo.ir.nodes import GatherDims, Literal, Op, ScatterDims, TensorTyp
 from scalify_hlo.layout.groups import block_table, match_axis_index, match_axis_permutation
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
-from scalify_hlo.ops.reducers import COLLECTIVE_NAME, Reducer
+from scalify_hlo.ops.reducers import COLLECTIVE_NAME, Reducer, reducer_of
 from scalify_hlo.terms.term import Term, scalar_value
 
 
@@ -428,10 +428,20 @@ def scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         x = Holds(seen, Layout(tuple(want_x), x.layout.partial))
     split_batch = {a for d in idx_batch for a in idx.layout.dims[d]}
     batched = {a for d in g.input_batching_dims for a in x.layout.dims[d]}
-    if split_batch - batched:
+    summed = split_batch - batched
+    if summed and (not _sums_into_zeros(op, x) or summed & x.layout.split_axes()):
         return (ctx.unsupported(op, "scatter updates split over axes the operand is not"),)
     for d_op, d_upd in zip(window_src, g.update_window_dims, strict=True):
         if x.layout.dims[d_op] != upd.layout.dims[d_upd]:
             return (ctx.unsupported(op, "scatter windows split unlike the operand"),)
     term = ctx.terms.apply("scatter", (x.term, idx.term, upd.term), term_attrs(op), x.term.type)
+    if summed:
+        # Each device adds its own updates into zeros: the partial sums of the whole scatter-add over the
+        # axes its updates are split over (the gradient of an embedding lookup of a batch-split batch).
+        return (Holds(term, x.layout.with_partial(sorted(summed), Reducer.SUM)),)
     return (Holds(term, x.layout),)
+
+
+def _sums_into_zeros(op: Op, x: Holds) -> bool:
+    """A scatter-add (the combiner adds) into a tensor of zeros."""
+    return bool(op.regions) and reducer_of(op.regions[0]) is Reducer.SUM and scalar_value(x.term) == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 from scalify_hlo.rules import collectives as C
+from scalify_hlo.rules import indexing
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
 from scalify_hlo.rules.facts import (
@@ -104,29 +105,44 @@ def regrouped(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | N
 def scatter(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
     """XLA's scatter into a dim split over axes `A`: each device scatters into its own block with the indices
     shifted by minus its block's start, and drops the updates whose shifted index leaves the block (a scatter
-    skips out-of-bounds windows). With one row per update along that dim, every row lands on exactly the
-    device that holds it: the block of the global scatter, under the operand's layout."""
+    skips out-of-bounds windows). With one row per update along that dim, each device's rows are those rows
+    of the scatter it would make holding the whole dim with the indices unshifted: the ordinary rule's
+    result for that (other split dims, batching dims and all), split along the dim over `A` again."""
     if len(facts) != 3 or len(op.results) != 1:
         return None
     x, idx, upd = facts
     g = op.attrs.get("scatter_dimension_numbers")
     if not (isinstance(x, Holds) and isinstance(idx, Shifted) and isinstance(upd, Holds) and isinstance(g, ScatterDims)):
         return None
-    if idx.window is not None or idx.outside is not None or g.input_batching_dims or x.layout.partial \
+    if idx.window is not None or idx.outside is not None or x.layout.partial \
             or upd.layout.partial or idx.base.layout.partial or len(g.scattered_dims_to_operand_dims) != 1:
         return None
     (d,) = g.scattered_dims_to_operand_dims
+    match = match_axis_index(-idx.shift, ctx.mesh)
+    if match is not None and not x.layout.dims[d]:
+        # An operand the same on the devices along the indices' axes (the zeros a gradient starts from) is
+        # each device's block of its copies side by side (`view`).
+        dims = tuple(match[0] if k == d else a for k, a in enumerate(x.layout.dims))
+        seen = view(x.term, x.layout, dims, ctx.mesh, ctx.terms)
+        if seen is None:
+            return None
+        x = Holds(seen, Layout(dims), x.origin)
     axes = x.layout.dims[d]
     block = x.layout.local_shape(x.term.type.shape, ctx.mesh)[d]
-    match = match_axis_index(-idx.shift, ctx.mesh)
     if not axes or d not in g.inserted_window_dims or match is None or match[0] != axes or match[1] != block:
         return None
-    if any(set(axes) & h.layout.split_axes() for h in (idx.base, upd)):
+    whole = Holds(x.term, Layout(tuple(() if k == d else a for k, a in enumerate(x.layout.dims))))
+    if not any(h.layout.split_axes() for h in (whole, idx.base, upd)):
+        # (the ordinary rule's whole-value case types its term by the op's result: here, one block of it)
+        term = ctx.terms.apply("scatter", (x.term, idx.base.term, upd.term), term_attrs(op), x.term.type)
+        out: Fact = Holds(term, whole.layout)
+    else:
+        (out,) = indexing.scatter(ctx, op, (whole, idx.base, upd))
+    if not isinstance(out, Holds) or out.term.type.shape[d] != x.term.type.shape[d] or out.layout.dims[d] \
+            or set(axes) & (out.layout.split_axes() | out.layout.partial_axes()):
         return None
-    if any(x.layout.dims[k] for k in range(x.layout.rank) if k != d):
-        return None  # (other split dims: left to the ordinary rule's checks)
-    term = ctx.terms.apply("scatter", (x.term, idx.base.term, upd.term), term_attrs(op), x.term.type)
-    return (Holds(term, x.layout, x.origin),)
+    dims = tuple(axes if k == d else a for k, a in enumerate(out.layout.dims))
+    return (Holds(out.term, Layout(dims, out.layout.partial), x.origin),)
 
 
 # The movement ops a mask moves through, with the transfer rule that moves its base.

@@ -101,8 +101,22 @@ def _bool(ctx: Ctx, f: Fact) -> bool | None:
     return bool(values[0])
 
 
-def _same_base(a: Holds, b: Holds) -> bool:
-    return a.term is b.term and a.layout == b.layout
+def _same_base(ctx: Ctx, a: Holds, b: Holds) -> bool:
+    """Whether every device holds the same local indices under `a` and `b`: the same fact, or broadcasts of
+    one index tensor laid out alike on the dims they map, differing only along dims they broadcast over
+    (constant there), where each device's block has the same size (a gather's slice dims split, the
+    mask over them not)."""
+    if a.term is b.term and a.layout == b.layout:
+        return True
+    s, t = a.term, b.term
+    if (s.op != "broadcast_in_dim" or t.op != "broadcast_in_dim" or s.args[0] is not t.args[0]
+            or s.attrs != t.attrs or a.layout.partial or b.layout.partial or s.type.rank != t.type.rank):
+        return False
+    mapped = set(dict(s.attrs).get("broadcast_dimensions", ()))
+    la = a.layout.local_shape(s.type.shape, ctx.mesh)
+    lb = b.layout.local_shape(t.type.shape, ctx.mesh)
+    return all((s.type.shape[i] == t.type.shape[i] and a.layout.dims[i] == b.layout.dims[i]) if i in mapped
+               else la[i] == lb[i] for i in range(s.type.rank))
 
 
 def _constant(ctx: Ctx, op: Op, value: bool) -> Holds:
@@ -241,7 +255,7 @@ def _logic(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None
         v = _bool(ctx, a)
         if v is not None and isinstance(b, InWindow):
             return (b,) if v == is_and else (_constant(ctx, op, v),)
-    if not (isinstance(x, InWindow) and isinstance(y, InWindow) and _same_base(x.base, y.base)):
+    if not (isinstance(x, InWindow) and isinstance(y, InWindow) and _same_base(ctx, x.base, y.base)):
         return None
     if x.negated == y.negated and is_and != x.negated:
         # a ∧ b, or ¬a ∨ ¬b = ¬(a ∧ b)
@@ -268,7 +282,7 @@ def _select(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | Non
         return None
     if p.negated:
         p, a, b = InWindow(p.base, p.window), b, a
-    if isinstance(a, Shifted) and _same_base(p.base, a.base):
+    if isinstance(a, Shifted) and _same_base(ctx, p.base, a.base):
         k = _scalar(ctx, b)
         if k is None or (a.window is not None and not p.window.within(a.window)):
             return None
@@ -288,7 +302,7 @@ def _is_zero(ctx: Ctx, f: Fact) -> bool:
 def _zeroed(ctx: Ctx, op: Op, mask: InWindow, look: Lookup) -> Fact:
     """A lookup with the rows outside `mask` zeroed: a partial sum over the table's axes of the global
     gather, if along those axes exactly one device keeps each index the program can see."""
-    if not _same_base(mask.base, look.base):
+    if not _same_base(ctx, mask.base, look.base):
         return ctx.unsupported(op, "a lookup masked by a condition on other indices than it gathers with")
     if not mask.window.within(look.window):
         return ctx.fail(op, "the mask keeps rows the device does not hold (the indices are masked to other "
@@ -386,20 +400,18 @@ def _gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | Non
     if not isinstance(value, Holds):
         return (value,)
     base = _index_at_outputs(ctx, g, idx.base, value)
-    if base is None:
-        return (ctx.unsupported(op, "a shifted-index gather whose slices are split"),)
     window = Window(-idx.shift, -idx.shift + rows)
     if idx.window is not None:
         window = window & idx.window
     return (Lookup(value, base, window, axes, op),)
 
 
-def _index_at_outputs(ctx: Ctx, g: GatherDims, idx: Holds, value: Holds) -> Holds | None:
-    """The index each output element of the gather was read with, as a tensor of the output's shape."""
+def _index_at_outputs(ctx: Ctx, g: GatherDims, idx: Holds, value: Holds) -> Holds:
+    """The index each output element of the gather was read with, as a tensor of the output's shape. It is
+    the same along the offset dims, so a split there (the table's rows split too, over other axes: an
+    embedding `P("vocab_axis", "embed_axis")`) gives each device the block it holds."""
     out = value.term.type
     batch = tuple(j for j in range(out.rank) if j not in g.offset_dims)
-    if any(value.layout.dims[j] for j in g.offset_dims):
-        return None
     t = idx.term
     if g.index_vector_dim < t.type.rank:
         shape = tuple(n for i, n in enumerate(t.type.shape) if i != g.index_vector_dim)

@@ -14,10 +14,11 @@ from scalify_hlo.layout.groups import (
     cyclic_shift,
     match_axis_index,
     pairs_are_complete_permutation,
+    relaid_by_pairs,
     shift_of_pairs,
 )
 from scalify_hlo.layout.inference import infer_mesh
-from scalify_hlo.layout.mesh import Mesh
+from scalify_hlo.layout.mesh import Layout, Mesh, Reducer
 
 DP_TP = Mesh((("dp", 2), ("tp", 4)))
 
@@ -206,3 +207,61 @@ def test_shift_along_an_axis_that_refinement_split() -> None:
     assert cyclic_shift(middle, wide) == (("x:(2)2", "x:(4)4"), 3)
     one_part = np.array([[i, (i // 8) * 8 + (i + 4) % 8] for i in range(16)])  # a step of x:(2)2 alone
     assert shift_of_pairs(one_part, wide) == ("x:(2)2", 1)
+
+
+# ---------------------------------------------------------------------------------------- relayout permutes
+
+A2B2C2 = Mesh((("a", 2), ("b", 2), ("c", 2)))
+
+
+def _block(mesh: Mesh, layout: Layout, device: int) -> tuple[int, ...]:
+    """The block index (per dim) device `device` holds under `layout`, from its mesh coordinates."""
+    coords = dict(zip(mesh.names, mesh.coords(np.array([device]))[0].tolist(), strict=True))
+    out = []
+    for axes in layout.dims:
+        k = 0
+        for a in axes:
+            k = k * mesh.axis_size(a) + coords[a]
+        out.append(k)
+    return tuple(out)
+
+
+def test_a_permute_swapping_two_axes_moves_the_split_from_one_to_the_other() -> None:
+    # device (a, b, c) sends to (b, a, c): a block split over "a" lands where "b" has it
+    pairs = [(d, int(np.ravel_multi_index((b, a, c), (2, 2, 2))))
+             for d, (a, b, c) in enumerate(np.ndindex(2, 2, 2))]
+    assert relaid_by_pairs(pairs, A2B2C2, Layout((("a",), ()))) == Layout((("b",), ()))
+    assert relaid_by_pairs(pairs, A2B2C2, Layout((("a", "c"), ("b",)))) == Layout((("b", "c"), ("a",)))
+    assert relaid_by_pairs(pairs, A2B2C2, Layout((("a",), ()), (("c", Reducer.SUM),))) is None  # partial: not taken
+    assert relaid_by_pairs(pairs[:-1], A2B2C2, Layout((("a",), ()))) is None  # a device receives nothing
+
+
+def _axis_moves(order: list[int], flips: list[bool]) -> list[int]:
+    """The device permutation sending coordinates x to y with y[order[i]] = x[i] xor flips[i]."""
+    out = []
+    for x in np.ndindex(2, 2, 2):
+        y = [0, 0, 0]
+        for i, o in enumerate(order):
+            y[o] = x[i] ^ int(flips[i])
+        out.append(int(np.ravel_multi_index(tuple(y), (2, 2, 2))))
+    return out
+
+
+# Any permutation, and the ones a partitioner writes (axes exchanged, coordinates mirrored), which relayouts are.
+PERMUTATIONS = st.one_of(st.permutations(range(8)), st.builds(_axis_moves, st.permutations(range(3)),
+                                                              st.lists(st.booleans(), min_size=3, max_size=3)))
+
+
+@settings(max_examples=150)
+@given(PERMUTATIONS, st.sampled_from([(("a",), ()), (("a", "b"), ()), (("c",), ("a",)), ((), ("b", "c")),
+                                                   (("b",), ()), ((), ())]))
+def test_a_relaid_value_is_where_the_permute_put_each_block(perm: list[int], dims: tuple[tuple[str, ...], ...]) -> None:
+    """Whatever layout is returned, every device holds under it exactly the block it was sent."""
+    layout = Layout(dims)
+    pairs = list(enumerate(perm))
+    relaid = relaid_by_pairs(pairs, A2B2C2, layout)
+    if relaid is None:
+        return
+    assert relaid != layout
+    for src, dst in pairs:
+        assert _block(A2B2C2, relaid, dst) == _block(A2B2C2, layout, src), (pairs, layout, relaid)

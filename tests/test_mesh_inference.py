@@ -315,3 +315,15 @@ def test_layout_of_round_trips_random_refinements(case: tuple[Mesh, Mesh, np.nda
     assert layout_of(tiled_of(layout, inferred), inferred, rank) == layout
     expected_dims = Layout(tuple(tuple(g) for g in groups[:rank]))
     assert Layout(layout.dims).describe(inferred) == expected_dims.describe(refined)
+
+
+def test_a_layout_over_whole_axes_read_on_a_mesh_that_splits_them() -> None:
+    """The reference's output layout over "tp", on the partitioned program's mesh where its device lists cut
+    "tp" in two (`prepare_against` fills the outputs the partitioned module leaves unannotated so)."""
+    refined = Mesh((("fsdp", 2), ("tp:(1)2", 2), ("tp:(2)2", 2)))
+    layout = Layout((("tp",), ("fsdp",)))
+    assert layout.on_refined(refined) == Layout((("tp:(1)2", "tp:(2)2"), ("fsdp",)))
+    summed = Layout(((), ("fsdp",)), (("tp", Reducer.SUM),))
+    assert summed.on_refined(refined) == Layout(((), ("fsdp",)), (("tp:(1)2", Reducer.SUM), ("tp:(2)2", Reducer.SUM)))
+    assert Layout((("dp",),)).on_refined(refined) is None  # an axis the mesh does not have
+    assert Layout((("tp:(1)2",),)).on_refined(refined) == Layout((("tp:(1)2",),))

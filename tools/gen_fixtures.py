@@ -73,6 +73,7 @@ from programs import (  # noqa: E402
     ops_coverage,
     optax_steps,
     pipeline,
+    prod_train,
     ring_attention,
     rmsnorm,
     rope_sp,
@@ -1791,6 +1792,68 @@ def _mut_linen_attn_axis(name: str) -> Built:
     return _allreduce_groups_changed(name, "flax_linen_block_shardy", "attn/out/dot_general",
                                      "{{0,1,2,3},{4,5,6,7}}", "{{0,4},{1,5},{2,6},{3,7}}",
                                      "attention heads summed over tp")
+
+
+# ------------------------------------------------ a production-shaped train step (tools/programs/prod_train.py)
+
+
+def _prod_train(shardy: bool) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("fsdp", "tp"))
+        args = prod_train.init(rng_for("prod_train"))
+        in_specs, out_specs = prod_train.specs(args[1])
+        return partitioned_pair(name, prod_train.step, mesh, args, ["params", "opt_state", "ids", "labels"],
+                                in_specs, out_specs, shardy=shardy)
+
+    return fn
+
+
+_PROD_TRAIN = ("a production-shaped train step (embedding lookup by ids, lax.scan over 3 decoder layers, tied "
+               "logits, integer-label cross-entropy, AdamW; embedding vocab over tp and width over fsdp, "
+               "column/row-parallel layers, ZeRO-1 moments, batch over fsdp on a 2x4 mesh) vs the module after "
+               "SPMD partitioning, ")
+fixture("prod_train_zero1_shardy", _PROD_TRAIN + "Shardy")(_prod_train(shardy=True))
+
+
+@fixture("prod_embed_grad_scatter_shardy", "SGD on a tied-embedding LM without layers (logits = embed[ids] @ "
+         "embed.T, integer-label cross-entropy), embedding width over tp, batch over fsdp on a 2x4 mesh, Shardy: "
+         "the embedding gradient is each device's scatter-add of its batch rows into zeros, summed over fsdp")
+def _prod_embed_grad(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("fsdp", "tp"))
+    r = rng_for(name)
+    tokens = (prod_train.BATCH, prod_train.SEQ)
+    args = [(r.standard_normal((prod_train.VOCAB, prod_train.WIDTH)) * 0.1).astype(np.float32),
+            r.integers(0, prod_train.VOCAB, tokens).astype(np.int32), r.integers(0, prod_train.VOCAB, tokens).astype(np.int32)]
+    in_specs, out_specs = prod_train.lookup_specs()
+    return partitioned_pair(name, prod_train.lookup_step, mesh, args, ["embed", "ids", "labels"], in_specs, out_specs)
+
+
+@fixture("mut_prod_embed_grad_allreduce_wrong_axis", "prod_embed_grad_scatter_shardy after.hlo with the all-reduce "
+         "of the embedding gradient's scatter-add (partial sums over the fsdp-split batch) moved to the tp groups")
+def _mut_prod_embed_grad(name: str) -> Built:
+    return _allreduce_groups_changed(name, "prod_embed_grad_scatter_shardy", "scatter-add", "[4,2]<=[2,4]T(1,0)",
+                                     "[2,4]<=[8]", "the embedding gradient summed over fsdp")
+
+
+@fixture("mut_prod_train_relayout_permute_swapped", "prod_train_zero1_shardy after.hlo with two targets of the "
+         "first collective-permute (the token ids moved from the fsdp-split batch to another layout before the "
+         "embedding lookup) swapped: two devices keep their own ids")
+def _mut_prod_train_permute(name: str) -> Built:
+    text = build("prod_train_zero1_shardy").after_text
+    target = hlo_instructions(text, "collective-permute")[0]
+    idx, line = hlo_instruction_line(text, target)
+    pairs = re.search(r"source_target_pairs=\{(.*?)\}\}", line)
+    assert pairs is not None, f"{name}: no source_target_pairs on {target}"
+    listed = [tuple(int(v) for v in p.split(",")) for p in re.findall(r"\{(\d+,\d+)", pairs.group(0))]
+    # the first device that sends elsewhere, and the device it sends to, each keep their own block instead
+    a = next(i for i, (s, t) in enumerate(listed) if s != t)
+    b = next(i for i, (s, _) in enumerate(listed) if s == listed[a][1])
+    listed[a], listed[b] = (listed[a][0], listed[b][1]), (listed[b][0], listed[a][1])
+    new_pairs = "source_target_pairs={" + ",".join(f"{{{s},{t}}}" for s, t in listed) + "}"
+    new_text = replace_line(text, idx, line.replace(pairs.group(0), new_pairs))
+    return mutated(name, "prod_train_zero1_shardy", new_text, target,
+                   f"collective-permute {target}: devices {listed[a][0]} and {listed[b][0]} keep their blocks instead of "
+                   "exchanging them")
 
 
 # ------------------------------------------------ op coverage (issue 14): argmax, pooling, cumsum

@@ -13,13 +13,15 @@ numbered `replica * partitions + partition`:
 Empty replica groups mean one group of all participants.
 
 Then the device algebra of groups and pairs on a mesh: the axes a group array spans (`axes_of_groups`),
-cyclic shifts along axes (`cyclic_shift`), partition-id tables read as axis indices (`match_axis_index`).
+cyclic shifts along axes (`cyclic_shift`), permutes that hand each device its block under another layout
+(`relaid_by_pairs`), partition-id tables read as axis indices (`match_axis_index`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +31,7 @@ from scalify_hlo.ir.nodes import ChannelHandle, Literal, Op
 from scalify_hlo.layout.inference import factor, position_forms
 from scalify_hlo.layout.mesh import (
     IntArray,
+    Layout,
     Mesh,
     is_partition,
     preview_devices,
@@ -297,3 +300,55 @@ def match_axis_permutation(values: npt.ArrayLike, mesh: Mesh,
     if table is None or not np.array_equal(np.sort(table[1]), np.arange(table[1].size)):
         return None
     return table
+
+
+_RELAYOUTS_TRIED = 4096  # candidate layouts at most: a mesh has a handful of axes, so this is never reached
+
+
+def relaid_by_pairs(pairs: npt.ArrayLike, mesh: Mesh, layout: Layout) -> Layout | None:
+    """The layout, other than `layout`, under which every device holds exactly the block it receives when
+    each device sends its block under `layout` along the source→target pairs; None when there is none.
+
+    Such a permute changes no value, only where its blocks live: XLA's partitioner writes one to move a
+    value from one order of mesh axes on a dim to another (`[fsdp, tp]` → `[tp, fsdp]`), or between dims,
+    where each device keeps its shape. Candidates split every dim into as many blocks as `layout` does,
+    over any distinct mesh axes; the pairs must be a permutation of all devices (each device is checked, so
+    no block goes unreceived). A partial value is not taken (its summands would have to stay in groups)."""
+    p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if layout.partial or not pairs_are_complete_permutation(p, mesh.size):
+        return None
+    try:
+        src_coords, dst_coords = mesh.coords(p[:, 0]), mesh.coords(p[:, 1])
+    except ShardingError:
+        return None
+
+    def blocks(lay: Layout, coords: IntArray) -> IntArray:
+        return np.stack([mesh.linear_index(coords, axes) if axes else np.zeros(len(coords), dtype=np.int64)
+                         for axes in lay.dims], axis=-1) if lay.dims else np.zeros((len(coords), 0), np.int64)
+
+    want = blocks(layout, src_coords)
+    counts = [mesh.size_of(axes) for axes in layout.dims]
+    for n, dims in enumerate(_splits(mesh, counts)):
+        if n >= _RELAYOUTS_TRIED:
+            return None
+        candidate = Layout(dims)
+        if candidate != layout and np.array_equal(blocks(candidate, dst_coords), want):
+            return candidate
+    return None
+
+
+def _splits(mesh: Mesh, counts: Sequence[int]) -> Iterator[tuple[tuple[str, ...], ...]]:
+    """Every assignment of ordered tuples of distinct mesh axes to dims with the given block counts."""
+    sizes = dict(mesh.axes)
+
+    def fill(i: int, free: frozenset[str]) -> Iterator[tuple[tuple[str, ...], ...]]:
+        if i == len(counts):
+            yield ()
+            return
+        for k in range(len(free) + 1):
+            for axes in itertools.permutations(sorted(free), k):
+                if math.prod(sizes[a] for a in axes) == counts[i]:
+                    for rest in fill(i + 1, free - set(axes)):
+                        yield (axes, *rest)
+
+    return fill(0, frozenset(sizes))

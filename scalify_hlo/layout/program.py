@@ -21,7 +21,7 @@ from scalify_hlo.ir.inline import inline
 from scalify_hlo.ir.nodes import Attrs, Func, Module, Op, TensorType, walk
 from scalify_hlo.layout.groups import canonical_groups, has_channel, listed_groups
 from scalify_hlo.layout.inference import infer_mesh
-from scalify_hlo.layout.mesh import Layout, Mesh
+from scalify_hlo.layout.mesh import Layout, Mesh, split_axis_name
 from scalify_hlo.layout.sharding import (
     SdySharding,
     Sharding,
@@ -188,10 +188,28 @@ def prepare_against(module: Module, reference: Program) -> Program:
     laid out as the reference's in_sharding says. XLA of jax 0.11+ keeps no sharding on the partitioned
     module's parameters; jit handed it the reference's, like the outputs."""
     prog = prepare(module, hint=reference.mesh if reference.mesh.size == module.num_partitions else None)
-    if prog.form == "spmd" and prog.mesh == reference.mesh and len(prog.in_layouts) == len(reference.in_layouts):
-        prog = dataclasses.replace(prog, in_layouts=tuple(
-            a if a is not None else b for a, b in zip(prog.in_layouts, reference.in_layouts, strict=True)))
-    return prog
+    if prog.form != "spmd" or not _refines(prog.mesh, reference.mesh):
+        return prog
+
+    def filled(own: tuple[Layout | None, ...], theirs: tuple[Layout | None, ...]) -> tuple[Layout | None, ...]:
+        if len(own) != len(theirs):
+            return own
+        return tuple(a if a is not None else b.on_refined(prog.mesh) if b is not None else None
+                     for a, b in zip(own, theirs, strict=True))
+
+    return dataclasses.replace(prog, in_layouts=filled(prog.in_layouts, reference.in_layouts),
+                               out_layouts=filled(prog.out_layouts, reference.out_layouts))
+
+
+def _refines(mesh: Mesh, reference: Mesh) -> bool:
+    """Whether `mesh` is `reference` with some axes split into sub-axes in place (mesh inference refines
+    the reference's mesh where the partitioner's device lists cut an axis): the same devices in the same
+    order, its layouts readable on `mesh` (`Layout.on_refined`)."""
+    if mesh == reference:
+        return True
+    bases = list(dict.fromkeys(split_axis_name(n)[0] for n in mesh.names))
+    return (bases == list(reference.names) and mesh.base_sizes() == dict(reference.axes)
+            and mesh.device_ids == reference.device_ids)
 
 
 def manual_layouts(op: Op, mesh: Mesh) -> tuple[tuple[Layout, ...], tuple[Layout, ...], tuple[str, ...]]:
