@@ -678,3 +678,21 @@ def test_permuted_blocks_masked_and_reduced_keep_values() -> None:
     while window.op == "reshape":
         (window,) = window.args
     assert window.op == "slice" and window.args[0] is x and window.attr("start_indices") == (2,)
+
+
+@pytest.mark.parametrize(("op", "a", "b", "folds"), [
+    ("negate", 0.03125, None, True),  # -(1/32): how a bf16 cross-entropy's cotangent is folded by XLA
+    ("multiply", 0.5, 3.0, True),
+    ("add", 1.0, 2.0 ** -9, False),  # 1 + 2^-9 needs 10 mantissa bits: bf16 would round it, so no fold
+    ("divide", 1.0, 3.0, False),
+    ("maximum", -2.0, 0.25, True),
+])
+def test_bf16_scalars_fold_only_when_the_result_is_exact(op: str, a: float, b: float | None, folds: bool) -> None:
+    terms = Terms()
+    ty = TensorType((), "bf16")
+    args = (terms.scalar(a, "bf16"),) if b is None else (terms.scalar(a, "bf16"), terms.scalar(b, "bf16"))
+    out = terms.apply(op, args, (), ty)
+    assert (out.op == "constant") == folds, out
+    if folds:
+        want = {"negate": -a, "multiply": a * (b or 0), "maximum": max(a, b or 0)}[op]
+        assert out is terms.scalar(want, "bf16")

@@ -402,7 +402,8 @@ def _fold_scalars(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey,
     """Arithmetic on scalar constants, computed in the program's float type as XLA's constant folder
     does (these ops are correctly rounded in IEEE arithmetic, so the folded value is the program's)."""
     fn = _FOLDABLE.get(op)
-    if fn is None or not type.dtype.startswith("f") or type.dtype not in ("f16", "f32", "f64"):
+    low = type.dtype in LOW_FLOATS and type.dtype != "f16"  # (bf16, f8: folded only where exact, below)
+    if fn is None or not (low or type.dtype in ("f16", "f32", "f64")):
         return None
     if type.rank != 0:
         if not args or any(scalar_value(a) is None for a in args):
@@ -413,6 +414,14 @@ def _fold_scalars(terms: Terms, op: str, args: tuple[Term, ...], attrs: AttrKey,
     if not all(a.op == "constant" and a.type.rank == 0 for a in args):
         return None
     dt = numpy_dtype(type.dtype)
+    if low:
+        # Computed exactly in f64 and kept only if the result is a value of the dtype: then no rounding
+        # happened, and any folder (XLA's included) gets it (-(1/32) in bf16 as the partitioner folds it).
+        with np.errstate(all="ignore"):
+            exact = fn(*(np.asarray(a.attr("value").array, dtype=dt).astype(np.float64) for a in args))
+        if not np.isfinite(exact) or not _exact(float(exact), type.dtype):
+            return None
+        return terms.scalar(float(exact), type.dtype)  # (held as the parsers hold such a constant)
     with np.errstate(all="ignore"):
         value = fn(*(np.asarray(a.attr("value").array, dtype=dt) for a in args))
     return terms.constant(Literal(np.asarray(value, dtype=dt), type.dtype), type)
