@@ -1835,6 +1835,18 @@ def _mut_prod_embed_grad(name: str) -> Built:
                                      "[2,4]<=[8]", "the embedding gradient summed over fsdp")
 
 
+@fixture("fused_glu_split_tp_shardy", "a SwiGLU MLP whose fused gate/up weight is split in two after the matmul, "
+         "the fused dim over tp (2x4 fsdp x tp mesh), Shardy: XLA exchanges half-blocks with collective-permutes "
+         "and selects")
+def _fused_glu(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("fsdp", "tp"))
+    r = rng_for(name)
+    args = [r.standard_normal((8, 16)).astype(np.float32), r.standard_normal((16, 64)).astype(np.float32),
+            r.standard_normal((32, 16)).astype(np.float32)]
+    in_specs, out_specs = prod_train.fused_glu_specs()
+    return partitioned_pair(name, prod_train.fused_glu_mlp, mesh, args, ["x", "w13", "w2"], in_specs, out_specs)
+
+
 @fixture("mut_prod_train_relayout_permute_swapped", "prod_train_zero1_shardy after.hlo with two targets of the "
          "first collective-permute (the token ids moved from the fsdp-split batch to another layout before the "
          "embedding lookup) swapped: two devices keep their own ids")

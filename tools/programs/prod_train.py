@@ -102,3 +102,14 @@ def lookup_specs(fsdp: str = "fsdp", tp: str = "tp") -> tuple[list[Any], Any]:
     """The embedding's width over tp, its vocab whole; the batch over fsdp."""
     embed = P(None, tp)
     return [embed, P(fsdp), P(fsdp)], (P(), embed)
+
+
+def fused_glu_mlp(x: jax.Array, w13: jax.Array, w2: jax.Array) -> jax.Array:
+    """A SwiGLU MLP with the gate and up projections fused in one weight, split after the matmul (as many
+    Llama implementations write it): under tensor parallelism the split cuts a tp-split dim in halves."""
+    gate, up = jnp.split(x @ w13, 2, axis=-1)
+    return (jax.nn.silu(gate) * up) @ w2
+
+
+def fused_glu_specs(fsdp: str = "fsdp", tp: str = "tp") -> tuple[list[Any], Any]:
+    return [P(fsdp, None), P(None, tp), P(tp, None)], P(fsdp, None)
