@@ -139,7 +139,7 @@ def passes_table(results: Sequence[dict[str, Any]]) -> str:
     for r in passes_results(results):
         g = r.get("generation", {})
         if "error" in g:
-            rows.append(f"| {r['name']} | {g['error'][:160]} |")
+            rows.append(f"| {r['name']} | {g['error'][:240]} |")
             continue
         by_jobs = {x.get("jobs"): x for x in r.get("runs", [])}
         one, two = by_jobs.get(1, {}), by_jobs.get(2, {})
@@ -161,13 +161,19 @@ def _passes_seconds(run: dict[str, Any]) -> str:
 
 
 def passes_findings(results: Sequence[dict[str, Any]]) -> str:
-    """The pairs not proven equivalent (from the jobs=1 run): module, passes, dump file after, reason."""
+    """The pairs not proven equivalent (from the jobs=1 run), one line per verdict and reason: how many pairs,
+    the first (module, passes, dump file after, instruction) and the last pass."""
     lines = []
     for r in passes_results(results):
         runs = r.get("runs") or [{}]
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for f in runs[0].get("not_equivalent", []):
+            groups.setdefault((f["verdict"], f["reason"]), []).append(f)
+        for (verdict, reason), found in groups.items():
+            f = found[0]
             at = f" (%{f['instruction']})" if f.get("instruction") else ""
-            lines.append(f"- `{r['name']}` {f['verdict']}: {f['passes']} — `{f['after']}`{at}: {f['reason'][:300]}")
+            more = f"; {len(found)} pairs, to {found[-1]['passes']}" if len(found) > 1 else ""
+            lines.append(f"- `{r['name']}` {verdict}: {f['passes']} — `{f['after']}`{at}{more}: {reason[:300]}")
     return "\n".join(lines) or "- none: every pair equivalent"
 
 
@@ -309,11 +315,12 @@ def _passes_section(results: Sequence[dict[str, Any]]) -> str:
 ## Passes over an XLA dump (`scalify-hlo passes`, `scalify_hlo.passes.check_dump`)
 
 Every consecutive pass pair of XLA's whole pipeline dump (`--xla_dump_hlo_pass_re=.*`, large constants in full)
-of an unrolled Llama train step (loss, `jax.value_and_grad`, optax AdamW, {bp.TRAIN_DTYPE} params) at the test
-fixtures' widths (`llama.TINY`: the instruction count of a real step, small files), compiled to the end on
-fake CPU devices (`tools/bench_programs.py gen-passes`, cached under `out/bench/<key>/dump/`, not timed). One
+of an unrolled Llama train step (loss, `jax.value_and_grad`, optax AdamW; params in the dtype the case names) at
+the test fixtures' widths (`llama.TINY`: the instruction count of a real step, small files), compiled to the end
+on fake CPU devices (`tools/bench_programs.py gen-passes`, cached under `out/bench/<key>/dump/`, not timed). One
 fresh process per `--jobs` setting, imports excluded; the jobs=2 time includes starting its two spawned worker
-processes (each imports the prover). `same verdicts`: the two runs agree pair by pair.
+processes (each imports the prover). Every pair is one `prove()` under its default time limit. `same verdicts`:
+the two runs agree pair by pair.
 
 {passes_table(results)}
 
@@ -336,7 +343,8 @@ def write_reports(results: list[dict[str, Any]], timeout: float, repeat: int = 1
         m = stored["machine"]
     cases = "\n".join(f"- `{r['name']}` ({r['key']}): {r['what']}" for r in results)
     verified = verify_results(results)
-    raw = results_path.relative_to(REPO) if results_path.resolve().is_relative_to(REPO) else results_path
+    # --md may be relative to the working directory: resolved before it is shown relative to the repo
+    raw = results_path.resolve().relative_to(REPO) if results_path.resolve().is_relative_to(REPO) else results_path
     dirty = " (with uncommitted changes)" if m.get("dirty") else ""
     text = f"""# BENCH — scalify-hlo at scale
 
