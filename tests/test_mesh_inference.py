@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalify_hlo.ir.errors import ShardingError
-from scalify_hlo.layout.inference import factor, infer_mesh, mesh_axes_of, refine_for_axes
+from scalify_hlo.layout.inference import factor, infer_mesh, layout_on, mesh_axes_of, refine_for_axes
 from scalify_hlo.layout.mesh import Layout, Mesh, Reducer, split_axis_name, sub_axis_name
 from scalify_hlo.layout.sharding import (
     DeviceArray,
@@ -322,8 +322,8 @@ def test_a_layout_over_whole_axes_read_on_a_mesh_that_splits_them() -> None:
     "tp" in two (`prepare_against` fills the outputs the partitioned module leaves unannotated so)."""
     refined = Mesh((("fsdp", 2), ("tp:(1)2", 2), ("tp:(2)2", 2)))
     layout = Layout((("tp",), ("fsdp",)))
-    assert layout.on_refined(refined) == Layout((("tp:(1)2", "tp:(2)2"), ("fsdp",)))
+    assert layout_on(layout, refined) == Layout((("tp:(1)2", "tp:(2)2"), ("fsdp",)))
     summed = Layout(((), ("fsdp",)), (("tp", Reducer.SUM),))
-    assert summed.on_refined(refined) == Layout(((), ("fsdp",)), (("tp:(1)2", Reducer.SUM), ("tp:(2)2", Reducer.SUM)))
-    assert Layout((("dp",),)).on_refined(refined) is None  # an axis the mesh does not have
-    assert Layout((("tp:(1)2",),)).on_refined(refined) == Layout((("tp:(1)2",),))
+    assert layout_on(summed, refined) == Layout(((), ("fsdp",)), (("tp:(1)2", Reducer.SUM), ("tp:(2)2", Reducer.SUM)))
+    assert layout_on(Layout((("dp",),)), refined) is None  # an axis the mesh does not have
+    assert layout_on(Layout((("tp:(1)2",),)), refined) == Layout((("tp:(1)2",),))

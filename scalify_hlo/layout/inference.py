@@ -23,6 +23,7 @@ from scalify_hlo.ir.errors import ShardingError, Span, UnmodelledShardingError
 from scalify_hlo.layout.mesh import (
     Digit,
     IntArray,
+    Layout,
     Mesh,
     is_partition,
     preview_devices,
@@ -259,3 +260,15 @@ def mesh_axes_of(name: str, mesh: Mesh) -> tuple[str, ...]:
         raise ShardingError(None, f"axis {name!r} is not a run of axes of mesh {mesh.describe()}; "
                             "expected the mesh to be refined for it (refine_for_axes)")
     return inside
+
+
+def layout_on(layout: Layout, mesh: Mesh) -> Layout | None:
+    """`layout`, written over the axes of a mesh that `mesh` refines ("tp" as "tp:(1)2", "tp:(2)2": the same
+    devices in the same order), over `mesh`'s axes (`mesh_axes_of`; a sum over an axis is the sum over its
+    pieces); None when an axis is not a run of `mesh`'s axes."""
+    try:
+        dims = tuple(tuple(a for n in d for a in mesh_axes_of(n, mesh)) for d in layout.dims)
+        partial = tuple((a, r) for n, r in layout.partial for a in mesh_axes_of(n, mesh))
+    except ShardingError:
+        return None
+    return Layout(dims, partial)

@@ -279,31 +279,6 @@ class Layout:
                                 f"expected a shape of that rank, got {list(global_shape)}")
         return tuple(-(-int(n) // mesh.size_of(d)) for n, d in zip(global_shape, self.dims, strict=True))
 
-    def on_refined(self, mesh: Mesh) -> Layout | None:
-        """This layout, written over whole axes, over `mesh`, which may split them into sub-axes ("tp" as
-        "tp:(1)2", "tp:(2)2", major first: the same devices in the same order); None when an axis is in
-        neither form."""
-        def axes(names: Iterable[str]) -> list[str] | None:
-            out: list[str] = []
-            for n in names:
-                pieces = [n] if n in mesh.names else [p for p, _, _ in mesh.pieces(n)]
-                if not pieces or (n not in mesh.names and split_axis_name(n)[2] is not None):
-                    return None  # (a sub-axis the mesh cuts otherwise: not read)
-                out += pieces
-            return out
-
-        dims: list[tuple[str, ...]] = []
-        for d in self.dims:
-            if (names := axes(d)) is None:
-                return None
-            dims.append(tuple(names))
-        partial: list[tuple[str, Reducer]] = []
-        for n, r in self.partial:
-            if (names := axes((n,))) is None:
-                return None
-            partial += [(a, r) for a in names]  # a sum over an axis is the sum over its pieces
-        return Layout(tuple(dims), tuple(partial))
-
     def with_partial(self, axes: Iterable[str], reducer: Reducer) -> Layout:
         current = dict(self.partial)
         for a in axes:

@@ -20,7 +20,7 @@ from scalify_hlo.ir.errors import ShardingError, Span, UnmodelledShardingError
 from scalify_hlo.ir.inline import inline
 from scalify_hlo.ir.nodes import Attrs, Func, Module, Op, TensorType, walk
 from scalify_hlo.layout.groups import canonical_groups, has_channel, listed_groups
-from scalify_hlo.layout.inference import infer_mesh
+from scalify_hlo.layout.inference import infer_mesh, layout_on
 from scalify_hlo.layout.mesh import Layout, Mesh, split_axis_name
 from scalify_hlo.layout.sharding import (
     SdySharding,
@@ -194,7 +194,7 @@ def prepare_against(module: Module, reference: Program) -> Program:
     def filled(own: tuple[Layout | None, ...], theirs: tuple[Layout | None, ...]) -> tuple[Layout | None, ...]:
         if len(own) != len(theirs):
             return own
-        return tuple(a if a is not None else b.on_refined(prog.mesh) if b is not None else None
+        return tuple(a if a is not None else layout_on(b, prog.mesh) if b is not None else None
                      for a, b in zip(own, theirs, strict=True))
 
     return dataclasses.replace(prog, in_layouts=filled(prog.in_layouts, reference.in_layouts),
@@ -204,7 +204,7 @@ def prepare_against(module: Module, reference: Program) -> Program:
 def _refines(mesh: Mesh, reference: Mesh) -> bool:
     """Whether `mesh` is `reference` with some axes split into sub-axes in place (mesh inference refines
     the reference's mesh where the partitioner's device lists cut an axis): the same devices in the same
-    order, its layouts readable on `mesh` (`Layout.on_refined`)."""
+    order, its layouts readable on `mesh` (`layout_on`)."""
     if mesh == reference:
         return True
     bases = list(dict.fromkeys(split_axis_name(n)[0] for n in mesh.names))
