@@ -71,3 +71,31 @@ def test_low_precision_programs_are_not_run_for_evidence() -> None:
 
     assert computes_in_low_precision(_lowered(f, jnp.ones((8, 4), jnp.bfloat16)))
     assert not computes_in_low_precision(_lowered(f, jnp.ones((8, 4), jnp.float32)))
+
+
+# -- a float32 difference is evidence only if it survives float64 -----------------------------------------
+
+def _amplified(inner: Any) -> Any:
+    import jax.numpy as jnp
+
+    # sin of a large multiple: float32's relative rounding (6e-8) of `inner` becomes ~1e-2 here
+    return lambda x: jnp.sin(1e5 * inner(x))
+
+
+def test_rounding_amplified_is_not_a_counterexample() -> None:
+    """tanh(x) = 2·sigmoid(2x) - 1 in the reals, which the rules do not know. Amplified, the two roundings
+    differ by 1e-2 in float32 (a deep network on random inputs does the same to a reassociated sum) but
+    agree in float64: `unknown`, saying so, never a discrepancy. The same program with a wrong constant
+    still differs in float64: a discrepancy."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.zeros((64,), jnp.float32)
+    before = _lowered(_amplified(jnp.tanh), x).module
+    same = _lowered(_amplified(lambda x: 2 * jax.nn.sigmoid(2 * x) - 1), x).module
+    wrong = _lowered(_amplified(lambda x: 1.0001 * jnp.tanh(x)), x).module
+    report = prove(before, same)
+    assert report.name == "unknown", report.render()
+    assert "agrees computed in float64" in report.render()
+    report = prove(before, wrong)
+    assert report.name == "discrepancy", report.render()

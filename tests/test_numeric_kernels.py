@@ -400,3 +400,32 @@ def test_compare_reports_first_counterexample() -> None:
     assert c.max_abs[0] < 1e-6 and c.max_abs[1] == 1.0
     assert trials.compare(b[:1], a[:1]).ok
     assert not trials.compare([np.zeros(3)], [np.zeros(4)]).ok
+
+
+def test_widened_runs_compute_floats_in_float64() -> None:
+    """`values.widened`: every float held as float64 (what evidence checks a float32 difference against);
+    integers keep their type; reinterpreting a float's bits refuses."""
+    import jax
+    import jax.numpy as jnp
+
+    from scalify_hlo import parsers
+    from scalify_hlo.numeric import machine
+    from scalify_hlo.numeric.values import NumericUnsupported, widened
+
+    def f(x: jax.Array, i: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return (x + 1e8) - 1e8, i * 3
+
+    m = parsers.loads(jax.jit(f).lower(jnp.zeros(4, jnp.float32), jnp.zeros(4, jnp.int32)).as_text(), "f.mlir")
+    x, i = np.array([[0.25, 1.5, -3.0, 7.0]], np.float32), np.arange(4, dtype=np.int32)[None]
+    narrow = machine.run(m, [x, i])
+    with widened():
+        wide = machine.run(m, [x, i])
+    assert narrow[0].dtype == np.float32 and not np.array_equal(narrow[0], x)  # 1e8 + 0.25 rounds in float32
+    assert wide[0].dtype == np.float64 and np.array_equal(wide[0], x)
+    assert wide[1].dtype == np.int32 and np.array_equal(wide[1], i * 3)
+
+    bits = parsers.loads(jax.jit(lambda x: jax.lax.bitcast_convert_type(x, jnp.int32)).lower(
+        jnp.zeros(4, jnp.float32)).as_text(), "g.mlir")
+    machine.run(bits, [x])
+    with widened(), pytest.raises(NumericUnsupported, match="reinterprets"):
+        machine.run(bits, [x])

@@ -25,7 +25,7 @@ from scalify_hlo.ir.dtypes import is_low_float, widen
 from scalify_hlo.ir.nodes import Op
 from scalify_hlo.numeric import kernels_index as X
 from scalify_hlo.numeric.kernels_index import int_attr as _ints
-from scalify_hlo.numeric.values import Val, as_array, dtype_of
+from scalify_hlo.numeric.values import Val, as_array, dtype_of, reinterprets
 from scalify_hlo.ops.elementwise import signed, unsigned
 
 if TYPE_CHECKING:
@@ -92,7 +92,9 @@ def convert(m: Machine, op: Op, args: list[Val]) -> list[Val]:
 
 def bitcast_convert(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     x = np.ascontiguousarray(as_array(args[0]))
-    return [x.view(dtype_of(op.results[0])).reshape((x.shape[0], *_shape(op)))]
+    out = dtype_of(op.results[0])
+    reinterprets(op, x.dtype, out)
+    return [x.view(out).reshape((x.shape[0], *_shape(op)))]
 
 
 def bitcast(m: Machine, op: Op, args: list[Val]) -> list[Val]:
@@ -108,7 +110,10 @@ def bitcast(m: Machine, op: Op, args: list[Val]) -> list[Val]:
     else:
         y = x.reshape(x.shape[0], *out_shape)
     out = dtype_of(op.results[0])
-    return [y if y.dtype == out else np.ascontiguousarray(y).view(out)]
+    if y.dtype == out:
+        return [y]
+    reinterprets(op, y.dtype, out)
+    return [np.ascontiguousarray(y).view(out)]
 
 
 def reduce_precision(m: Machine, op: Op, args: list[Val]) -> list[Val]:

@@ -27,7 +27,7 @@ from scalify_hlo.numeric.kernels_linalg import (
     lapack_potrf,
     lapack_trsm,
 )
-from scalify_hlo.numeric.values import MAX_TRIPS, NumericUnsupported, Val, as_array, dtype_of
+from scalify_hlo.numeric.values import MAX_TRIPS, NumericUnsupported, Val, as_array, dtype_of, reinterprets
 from scalify_hlo.ops.reducers import top_k_of_call
 
 if TYPE_CHECKING:
@@ -236,8 +236,10 @@ def custom_call(m: Machine, op: Op, args: list[Val]) -> list[Val]:
         return [tuple(out)] if len(op.results) == 1 else out
     if target == "X64Combine":
         lo, hi = (as_array(a).astype(np.uint64) for a in args)
+        reinterprets(op, dtype_of(op.results[0]))
         return [((hi << np.uint64(32)) | lo).view(dtype_of(op.results[0]))]
     if target in ("X64SplitLow", "X64SplitHigh"):
+        reinterprets(op, as_array(args[0]).dtype)
         u = np.ascontiguousarray(as_array(args[0])).view(np.uint64)
         part = u & np.uint64(0xFFFFFFFF) if target == "X64SplitLow" else u >> np.uint64(32)
         return [part.astype(np.uint32).view(dtype_of(op.results[0]))]

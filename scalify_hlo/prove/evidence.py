@@ -20,6 +20,7 @@ from scalify_hlo.ir.nodes import Op, TensorType, Value, walk
 from scalify_hlo.layout.program import Program
 from scalify_hlo.numeric import machine as numeric
 from scalify_hlo.numeric.oracle import numeric_check
+from scalify_hlo.numeric.values import WIDE, widened
 from scalify_hlo.prove.options import Options
 from scalify_hlo.report.verdicts import Counterexample, Discrepancy, Finding, Unknown
 from scalify_hlo.terms.evaluate import NotEvaluable, evaluate
@@ -32,6 +33,9 @@ class Evidence:
 
     def __init__(self, bp: Program, ap: Program, opts: Options, terms: Terms, notes: list[str]) -> None:
         self.bp, self.ap, self.opts, self.terms, self.notes = bp, ap, opts, terms, notes
+        # plain mode: (after outputs, before outputs) of one whole run, per WIDE setting; every unproven
+        # output reads the same run
+        self._runs: dict[bool, tuple[list[np.ndarray], list[np.ndarray]]] = {}
 
     def backed(self, evidence: list[Finding], doubts: list[Finding], partial: dict[int, Counterexample]
                 ) -> Discrepancy | Unknown:
@@ -86,18 +90,52 @@ class Evidence:
 
     def _run_per_device(self, j: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Plain mode: both per-device programs on the same random per-device inputs, output `j` of all
-        devices (collectives exchange data between the simulated devices)."""
-        devices = max(self.bp.module.num_partitions, self.ap.module.num_partitions, 1)
-        inputs = _stacked_random(self.bp, devices, rng)
-        b = numeric.run(self.bp.func, inputs, devices, module=self.bp.module)[j]
-        a = numeric.run(self.ap.func, inputs, devices, module=self.ap.module)[j]
-        return np.asarray(a), np.asarray(b)
+        devices (collectives exchange data between the simulated devices). Both programs run once."""
+        wide = WIDE.get()
+        if wide not in self._runs:
+            devices = max(self.bp.module.num_partitions, self.ap.module.num_partitions, 1)
+            inputs = _stacked_random(self.bp, devices, rng)
+            self._runs[wide] = (numeric.run(self.ap.func, inputs, devices, module=self.ap.module),
+                                numeric.run(self.bp.func, inputs, devices, module=self.bp.module))
+        after, before = self._runs[wide]
+        return np.asarray(after[j]), np.asarray(before[j])
 
     def counterexample(self, j: int, after_term: Term, before_term: Term) -> Counterexample | None:
-        """Both sides evaluated on random inputs: the evidence that an unproven equality is false."""
+        """Both sides evaluated on random inputs: the evidence that an unproven equality is false. A float
+        difference counts only if it survives computing both sides in float64 (`values.widened`): one that
+        vanishes there is float32 rounding in another order, amplified, not a difference in meaning."""
         total = sum(t.type.size for root in (after_term, before_term) for t in root.walk())
         if total > self.opts.numeric_limit:
             return None
+        sides = self._sides(j, after_term, before_term)
+        if sides is None:
+            return None
+        a, b = sides
+        exact = a.dtype.kind in "iub" and b.dtype.kind in "iub"  # 2**53 + 1 and 2**53 differ, even as floats not
+        bad, diff = _differing(a, b, exact)
+        if not np.isfinite(b.astype(np.float64)).any():
+            return None  # random inputs drove the reference to inf/NaN everywhere: no evidence either way
+        if not bad.any():
+            self.notes.append(f"output {j}: not proven, but equal on random inputs (a rule may be missing)")
+            return None
+        if not exact:
+            with widened():
+                wide = self._sides(j, after_term, before_term)
+            if wide is not None and wide[0].shape == a.shape and not _differing(*wide, exact)[0].any():
+                self.notes.append(f"output {j}: not proven; on random inputs it differs in float32 but agrees "
+                                  "computed in float64 (rounding in another order, not a difference in meaning)")
+                return None
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, diff, -1))), a.shape))
+        # a NaN or inf where the reference is finite is an unbounded difference, not none
+        worst = float(np.max(np.where(np.isfinite(diff), diff, np.inf)[bad]))
+        if exact:
+            gaps = np.abs(a.astype(object) - b.astype(object))[bad]
+            return Counterexample(j, idx, int(b[idx]), int(a[idx]), float(max(gaps)))
+        return Counterexample(j, idx, float(b[idx]), float(a[idx]), worst)
+
+    def _sides(self, j: int, after_term: Term, before_term: Term) -> tuple[np.ndarray, np.ndarray] | None:
+        """Output `j` of both sides on the random inputs of `opts.seed` (the same ones on every call);
+        None when they cannot be evaluated or differ in shape."""
         rng = np.random.default_rng(self.opts.seed)
         try:
             if self.opts.plain:
@@ -105,33 +143,23 @@ class Evidence:
             else:
                 leaves = {t.id: t for root in (after_term, before_term) for t in root.walk() if t.op == "param"}
                 env = {i: _random(t.type, rng, self.terms.intervals.get(i)) for i, t in leaves.items()}
+                if WIDE.get():
+                    env = {i: x.astype(np.float64) if x.dtype.kind == "f" else x for i, x in env.items()}
                 a = evaluate(after_term, env)
                 b = evaluate(before_term, env)
         except (NotEvaluable, UnsupportedError, ValueError, TypeError, IndexError, KeyError, NotImplementedError):
             return None
-        if a.shape != b.shape:
-            return None
-        exact = a.dtype.kind in "iub" and b.dtype.kind in "iub"  # 2**53 + 1 and 2**53 differ, even as floats not
-        same_exactly = a == b if exact else None
-        before_raw, after_raw = b, a
-        a, b = a.astype(np.float64), b.astype(np.float64)
-        with np.errstate(all="ignore"):
-            diff = np.abs(a - b)
-            same = same_exactly if same_exactly is not None else \
-                (a == b) | (np.isnan(a) & np.isnan(b)) | (diff <= 1e-3 + 1e-3 * np.abs(b))
-        bad = ~same
-        if not np.isfinite(b).any():
-            return None  # random inputs drove the reference to inf/NaN everywhere: no evidence either way
-        if not bad.any():
-            self.notes.append(f"output {j}: not proven, but equal on random inputs (a rule may be missing)")
-            return None
-        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, diff, -1))), a.shape))
-        # a NaN or inf where the reference is finite is an unbounded difference, not none
-        worst = float(np.max(np.where(np.isfinite(diff), diff, np.inf)[bad]))
-        if exact:
-            gaps = np.abs(after_raw.astype(object) - before_raw.astype(object))[bad]
-            return Counterexample(j, idx, int(before_raw[idx]), int(after_raw[idx]), float(max(gaps)))
-        return Counterexample(j, idx, float(b[idx]), float(a[idx]), worst)
+        return (a, b) if a.shape == b.shape else None
+
+
+def _differing(a: np.ndarray, b: np.ndarray, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Where `a` and `b` differ (integers exactly; floats beyond 1e-3 absolute plus 1e-3 relative; NaN
+    matches NaN), and |a - b| in float64."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    with np.errstate(all="ignore"):
+        diff = np.abs(a64 - b64)
+        same = a == b if exact else (a64 == b64) | (np.isnan(a64) & np.isnan(b64)) | (diff <= 1e-3 + 1e-3 * np.abs(b64))
+    return ~same, diff
 
 
 def computes_in_low_precision(p: Program) -> bool:

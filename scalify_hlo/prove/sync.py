@@ -120,14 +120,13 @@ class Sync:
         """Before terms of `t`'s type that lie above every shared leaf, nearest first."""
         if not frontier:
             return []
-        reach: dict[int, int] = defaultdict(int)
-        dist: dict[int, int] = defaultdict(int)
-        for f in frontier:
-            for i, d in self._above(f).items():
-                reach[i] += 1
-                dist[i] += d
-        found = [self.before[i] for i, n in reach.items() if n == len(frontier) and self.before[i].type == t.type]
-        found.sort(key=lambda b: (dist[b.id], b.id))
+        # Intersect the frontier's up-sets starting from the smallest: what is in it, of `t`'s type, and
+        # in every other one.
+        ups = sorted((self._above(f) for f in frontier), key=len)
+        first, rest = ups[0], ups[1:]
+        before = self.before
+        found = [before[i] for i in first if before[i].type == t.type and all(i in u for u in rest)]
+        found.sort(key=lambda b: (sum(u[b.id] for u in ups), b.id))
         return found[:MAX_CANDIDATES]
 
     def _above(self, f: int) -> dict[int, int]:

@@ -71,6 +71,7 @@ class Normaliser(Joins):
         self._merging = 0
         self.fuel = FUEL
         self._params: dict[int, tuple[int, ...]] = {}
+        self._params_seen: set[int] = set()  # the keys of `_params`, as `Term.walk` extends them
         self.rules: dict[str, Rule] = {
             "add": self._linear_rule("add"),
             "concatenate": self._concatenate,
@@ -429,11 +430,18 @@ class Normaliser(Joins):
         return tuple(mapped) if mapped == sorted(mapped) else None
 
     def _params_of(self, t: Term) -> tuple[int, ...]:
-        hit = self._params.get(t.id)
-        if hit is None:
-            hit = tuple(sorted({int(s.attr("index")) for s in t.walk() if s.op == "param"}))
-            self._params[t.id] = hit
-        return hit
+        """The parameter indices `t` reads, sorted. Built children first over the subterms not met before,
+        so a chain of n dots costs n, not n^2."""
+        params = self._params
+        for s in t.walk(self._params_seen):
+            if s.op == "param":
+                params[s.id] = (int(s.attr("index")),)
+            elif len(s.args) == 1:
+                params[s.id] = params[s.args[0].id]
+            else:
+                parts = {params[a.id] for a in s.args}
+                params[s.id] = parts.pop() if len(parts) == 1 else tuple(sorted(set().union(*parts)))
+        return params[t.id]
 
     # -- movement ------------------------------------------------------------------------------------
     def _sink_transpose(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:

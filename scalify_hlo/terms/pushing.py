@@ -19,14 +19,12 @@ from scalify_hlo.ir.nodes import DotDims, Literal, TensorType
 from scalify_hlo.ops.elementwise import SHAPE_PRESERVING
 from scalify_hlo.terms.evaluate import evaluate_constant
 from scalify_hlo.terms.slicing import slice_along, slice_of, window_along
-from scalify_hlo.terms.table import Terms
+from scalify_hlo.terms.table import LEAVES, Terms
 from scalify_hlo.terms.term import Term
 
-# What a cut of a term became (None: being computed); under ("leafless",) and ("walked",), which terms
-# read no leaf.
+# What a cut of a term became (None: being computed).
 Memo = dict[tuple[Any, ...], Any]
 FOLD_LIMIT = 1 << 16  # elements: constant-only terms up to this size are folded to their values
-_LEAVES = frozenset({"param", "var", "nothing_received"})
 
 
 def push_slice(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...], memo: Memo | None = None) -> Term:
@@ -49,7 +47,7 @@ def _push(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...],
     if lo == (0,) * len(shape) and hi == shape:
         return t
     out_type = TensorType(tuple(b - a for a, b in zip(lo, hi, strict=True)), t.type.dtype)
-    if (value := _small_constant(t, memo)) is not None:
+    if (value := _small_constant(terms, t)) is not None:
         return folded(terms, value[tuple(map(slice, lo, hi))], out_type)
     op = t.op
     if op == "slice" and all(s == 1 for s in (t.attr("strides") or ())):
@@ -167,22 +165,17 @@ def folded(terms: Terms, value: np.ndarray, type: TensorType) -> Term:
     return terms.constant(Literal(array, type.dtype), type)
 
 
-def _small_constant(t: Term, memo: Memo) -> np.ndarray | None:
-    """`constant_value` of a small term, with which subterms read a leaf remembered across the push (a
-    push visits every node; walking each one's subterms again would be quadratic)."""
-    if t.type.size > FOLD_LIMIT:
-        return None
-    leafless: dict[int, bool] = memo.setdefault(("leafless",), {})
-    for s in t.walk(memo.setdefault(("walked",), set())):  # children first, each node once per push
-        leafless[s.id] = s.op not in _LEAVES and all(leafless[a.id] for a in s.args)
-    if not leafless[t.id]:
+def _small_constant(terms: Terms, t: Term) -> np.ndarray | None:
+    """`constant_value` of a small term (which terms read a leaf is remembered by the table: a push visits
+    every node, and walking each one's subterms again would be quadratic)."""
+    if t.type.size > FOLD_LIMIT or not terms.leafless(t):
         return None
     return evaluate_constant(t)
 
 
 def constant_value(t: Term) -> np.ndarray | None:
     """The value of a term built from constants and iotas only (None if it reads anything else)."""
-    if any(s.op in _LEAVES for s in t.walk()):
+    if any(s.op in LEAVES for s in t.walk()):
         return None
     return evaluate_constant(t)
 
@@ -217,7 +210,7 @@ def _drop(dims: tuple[int, ...], k: int) -> tuple[int, ...]:
 def _take(terms: Terms, t: Term, dim: int, index: int, memo: Memo) -> Term:
     shape = t.type.shape
     out_type = TensorType(shape[:dim] + shape[dim + 1:], t.type.dtype)
-    if (value := _small_constant(t, memo)) is not None:
+    if (value := _small_constant(terms, t)) is not None:
         return folded(terms, np.take(value, index, axis=dim), out_type)
     op = t.op
     if op == "slice" and all(s == 1 for s in (t.attr("strides") or ())):

@@ -25,6 +25,7 @@ from scalify_hlo.terms.movement import normalize, reshape_groups, reshape_outwar
 from scalify_hlo.terms.ranges import Interval
 from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
 
+LEAVES = frozenset({"param", "var", "nothing_received"})  # the terms that are not functions of others
 _UNIT = {"add": (0.0, (0, 1)), "subtract": (0.0, (1,)), "multiply": (1.0, (0, 1)), "divide": (1.0, (1,))}
 
 
@@ -36,6 +37,8 @@ class Terms:
         self.assume = dict(assume or {})  # input name -> inclusive range its values are promised to lie in
         self.intervals: dict[int, Interval | None] = {}  # term id -> range (`ranges.interval`'s cache)
         self.notes: set[str] = set()  # what canonical forms assumed (a float sum regrouped): a proof says so
+        self._leafless: dict[int, bool] = {}  # term id -> reads no leaf (`leafless`'s cache)
+        self._leafless_seen: set[int] = set()  # its keys, as `Term.walk` extends them
 
     def __len__(self) -> int:
         return len(self._table)
@@ -49,6 +52,14 @@ class Terms:
         return t
 
     # -- leaves ---------------------------------------------------------------------------------------
+    def leafless(self, t: Term) -> bool:
+        """Whether `t` reads no leaf (a parameter, a loop variable, what a permute leaves unsent): it is
+        built from constants and iotas. Each term of the table is looked at once, children first."""
+        known = self._leafless
+        for s in t.walk(self._leafless_seen):
+            known[s.id] = s.op not in LEAVES and all(known[a.id] for a in s.args)
+        return known[t.id]
+
     def param(self, index: int, type: TensorType, name: str = "") -> Term:
         t = self.mk("param", (), (("index", index), ("name", name)), type)
         if name in self.assume:
