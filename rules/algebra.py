@@ -181,6 +181,8 @@ IDENTITIES: tuple[Identity, ...] = (
     Identity("div-pulls-factor", _REAL, lambda o, x, y, z: o.div(o.mul(x, y), z),
              lambda o, x, y, z: o.mul(x, o.div(y, z))),
     Identity("neg-div", _REAL, lambda o, x, y, z: o.neg(o.div(x, y)), lambda o, x, y, z: o.div(o.neg(x), y)),
+    # (x/y)/z = x/(y·z): XLA's simplifier merges two divisions so (Adam's bias-corrected update).
+    Identity("div-div", _REAL, lambda o, x, y, z: o.div(o.div(x, y), z), lambda o, x, y, z: o.div(x, o.mul(y, z))),
     # Scaling by a constant z: it moves outward through × and +, so that scalings applied at different
     # depths meet as one outer factor (x·c + y·c is how a constant looks after it went through a sum).
     Identity("scale-out-of-mul", _BOTH, lambda o, x, y, z: o.mul(x, o.mul(y, z)),

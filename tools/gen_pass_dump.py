@@ -7,6 +7,11 @@ Compiles the tiny Llama block (FSDP×TP on 8 fake CPU devices) with a per-compil
 writes them as `tests/pass_dumps/llama_block.tar.gz`. A second archive, `llama_block_broken.tar.gz`,
 is the same dump with one pass output broken by hand (the operands of one `subtract` swapped in the
 output of the fusion pass), and `llama_block_broken.json` names that pass and instruction.
+
+`train_step_algsimp.tar.gz` holds the two files around the first `algsimp` of a one-layer train step
+(`tools/bench_programs.py gen-passes --layers 1`: loss, grad, AdamW, fsdp 2 x tp 4): what XLA's algebraic
+simplifier writes (a division by a broadcast as a product with its reciprocal, `max(x, -inf)` dropped, a
+reduce over added unit dims dropped, two divisions merged) against what it was written from.
 """
 
 from __future__ import annotations
@@ -79,7 +84,21 @@ def break_one(files: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     raise RuntimeError(f"no subtract in {name}")
 
 
+def train_step_algsimp() -> dict[str, str]:
+    """The pass files before and after the first `algsimp` of the one-layer train step's dump."""
+    import bench_programs
+
+    with tempfile.TemporaryDirectory() as d:
+        made = bench_programs.generate_pass_dump(bench_programs.PassDumpSpec(layers=1), d, force=True)
+        names = sorted(p.name for p in made.dump.iterdir() if ".jit_step." in p.name)
+        before = next(n for n in names if ".simplification.after_pipeline-start.before_algsimp" in n)
+        after = names[names.index(before) + 1]
+        assert ".after_algsimp." in after, after
+        return {n: (made.dump / n).read_text() for n in (before, after)}
+
+
 def main() -> None:
+    write_tar(OUT / "train_step_algsimp.tar.gz", train_step_algsimp())
     files = dump()
     write_tar(OUT / "llama_block.tar.gz", files)
     broken, what = break_one(files)

@@ -124,7 +124,9 @@ class Chain:
         if perm == tuple(range(len(perm))):
             if out.shape == root.type.shape:
                 return root
-            return terms.mk("reshape", (root,), (), out)
+            # through `apply`: a movement chain that ends in one reshape of a join is the join of reshapes,
+            # as that reshape written alone is
+            return terms.apply("reshape", (root,), (), out)
         dtype = root.type.dtype
         x = root
         if tuple(fine) != root.type.shape:
@@ -154,6 +156,8 @@ def _chain(t: Term) -> Chain | None:
 
 def normalize(terms: Terms, op: str, x: Term, attrs: dict[str, object], out: TensorType) -> Term | None:
     """The normal form of `op(x)` (a reshape or transpose), or None to keep it as it is."""
+    if op == "reshape" and x.op not in MOVEMENT:
+        return None  # a reshape of a non-movement is its own normal form (`_reshape` moved what it could)
     chain = _chain(x)
     if chain is None:
         return None

@@ -20,13 +20,17 @@ import numpy as np
 from scalify_hlo.ir.dtypes import LOW_FLOATS, numpy_dtype
 from scalify_hlo.ir.nodes import ConvDims, DotDims, Literal, TensorType
 from scalify_hlo.ops.elementwise import COMMUTATIVE, SHAPE_PRESERVING
+from scalify_hlo.ops.reducers import Reducer, is_identity
 from scalify_hlo.terms import ranges, slicing, topk
 from scalify_hlo.terms.movement import normalize, reshape_groups, reshape_outward
 from scalify_hlo.terms.ranges import Interval
 from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
 
 LEAVES = frozenset({"param", "var", "nothing_received"})  # the terms that are not functions of others
-_UNIT = {"add": (0.0, (0, 1)), "subtract": (0.0, (1,)), "multiply": (1.0, (0, 1)), "divide": (1.0, (1,))}
+# op -> (its unit, the sides it may stand on): x + 0, x - 0, x · 1, x / 1; max(x, -inf) and min(x, inf) are
+# x also where x is NaN (XLA's max and min propagate NaN)
+_UNIT = {"add": (0.0, (0, 1)), "subtract": (0.0, (1,)), "multiply": (1.0, (0, 1)), "divide": (1.0, (1,)),
+         "maximum": (-math.inf, (0, 1)), "minimum": (math.inf, (0, 1))}
 
 
 class Terms:
@@ -106,7 +110,9 @@ class Terms:
             unit, sides = _UNIT[op]
             for side in sides:
                 if scalar_value(args[side]) == unit and args[1 - side].type == type:
-                    return args[1 - side]  # x + 0, x - 0, x · 1, x / 1
+                    return args[1 - side]
+        if op in ("maximum", "minimum") and len(args) == 2 and args[0] is args[1]:
+            return args[0]
         if op in COMMUTATIVE and len(args) == 2 and args[0].id > args[1].id:
             args = (args[1], args[0])
         return self.mk(op, args, attrs, type)
@@ -487,7 +493,52 @@ def _divide(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tenso
 def _multiply(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     if scalar_value(args[0]) is not None and scalar_value(args[1]) is None:
         args = (args[1], args[0])
-    return _fold_scale(terms, "multiply", args, type)
+    return _fold_scale(terms, "multiply", args, type) or _reciprocal(terms, args, type)
+
+
+_MOVES = frozenset({"broadcast_in_dim", "reshape", "transpose"})
+
+
+def _reciprocal(terms: Terms, args: tuple[Term, ...], type: TensorType) -> Term | None:
+    """x · m(1 / y) = x / m(y) for a movement m (broadcast, reshape, transpose): XLA's simplifier turns a
+    division by a broadcast into a product with the broadcast reciprocal. Over the reals (floats only; on
+    integers 1/y truncates); also where y is 0 (±inf and NaN alike)."""
+    if not type.dtype.startswith(("f", "bf")):
+        return None
+    for side in (0, 1):
+        moves: list[Term] = []
+        r = args[side]
+        while r.op in _MOVES:
+            moves.append(r)
+            r = r.args[0]
+        if r.op != "divide" or scalar_value(r.args[0]) != 1.0:
+            continue
+        y = r.args[1]
+        for m in reversed(moves):
+            y = terms.apply(m.op, (y,), m.attrs, m.type)
+        terms.notes.add("the proof read x · (1/y) as x / y (equal over the reals; they round differently)")
+        return terms.apply("divide", (args[1 - side], y), (), type)
+    return None
+
+
+def _reduce_added_units(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType
+                        ) -> Term | None:
+    """A reduce, from its reducer's identity, over only unit dims a reshape added is that reshape's
+    operand, reshaped (XLA's simplifier drops it so). Only there: a unit block of a blocked reduction stays
+    a reduce, the form the blockwise normaliser merges."""
+    if len(args) != 2:
+        return None
+    x, init = args
+    dims = tuple(a.get("dimensions") or ())
+    if x.op != "reshape" or not dims or any(x.type.shape[d] != 1 for d in dims):
+        return None
+    try:
+        reducer = Reducer(a.get("reducer"))
+    except ValueError:
+        return None
+    if not is_identity(scalar_value(init), reducer, type.dtype):
+        return None
+    return terms.apply("reshape", (x,), (), type)
 
 
 def _square(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -542,7 +593,8 @@ _CANON = {
     "or": _or,
     "pad": _pad,
     "reduce": lambda terms, args, a, type: (ranges.fold_reduce_logic(terms, args, a, type)
-                                            or topk.merge_argmax(terms, args, a, type)),
+                                            or topk.merge_argmax(terms, args, a, type)
+                                            or _reduce_added_units(terms, args, a, type)),
     "reshape": _reshape,
     "reverse": _reverse,
     "scatter": slicing.scatter_window,

@@ -1,0 +1,95 @@
+"""What XLA's algebraic simplifier writes meets what it was written from: each pair of spellings below is
+one term of the table, and that term evaluates to NumPy's value of the original. (Found on the `algsimp`
+pass pair of a train step's dump, whose unproven outputs differed in float32 by rounding alone.)
+
+- a transpose that moves only unit dims, then a reshape of a join, is the reshape of the join;
+- max(x, -inf) and min(x, inf) are x, also where x is NaN; max(x, x) is x;
+- x / broadcast(s) is x · broadcast(1 / s) over the reals (floats only);
+- a reduce, from its identity, over unit dims a reshape added is that reshape (a unit block of a blocked
+  reduction stays a reduce: the blockwise normaliser merges those).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import scalify_hlo.ops.registry  # noqa: F401  (registers the kernels the term evaluation runs)
+from scalify_hlo.ir.nodes import TensorType
+from scalify_hlo.terms.evaluate import evaluate
+from scalify_hlo.terms.table import Terms
+from scalify_hlo.terms.term import Term
+
+
+def _t(*shape: int, dtype: str = "f32") -> TensorType:
+    return TensorType(shape, dtype)
+
+
+def _bcast(terms: Terms, x: Term, dims: tuple[int, ...], out: TensorType) -> Term:
+    return terms.apply("broadcast_in_dim", (x,), (("broadcast_dimensions", dims),), out)
+
+
+def test_transpose_of_unit_dims_then_reshape_of_a_join_is_the_reshape() -> None:
+    terms = Terms()
+    a, b = terms.param(0, _t(1, 16, 1, 2), "a"), terms.param(1, _t(1, 16, 1, 2), "b")
+    joined = terms.apply("concatenate", (a, b), (("dimension", 3),), _t(1, 16, 1, 4))
+    moved = terms.apply("transpose", (joined,), (("permutation", (0, 2, 1, 3)),), _t(1, 1, 16, 4))
+    via_transpose = terms.apply("reshape", (moved,), (), _t(16, 4))
+    direct = terms.apply("reshape", (joined,), (), _t(16, 4))
+    assert via_transpose is direct
+    rng = np.random.default_rng(0)
+    xa, xb = rng.standard_normal((2, 1, 16, 1, 2)).astype(np.float32)
+    want = np.concatenate([xa, xb], axis=3).transpose(0, 2, 1, 3).reshape(16, 4)
+    np.testing.assert_array_equal(evaluate(direct, {a.id: xa, b.id: xb}), want)
+
+
+@pytest.mark.parametrize(("op", "unit"), [("maximum", -math.inf), ("minimum", math.inf)])
+def test_max_and_min_with_their_unit_are_the_value(op: str, unit: float) -> None:
+    terms = Terms()
+    x = terms.param(0, _t(4, 3), "x")
+    assert terms.apply(op, (x, terms.splat(unit, x.type)), (), x.type) is x
+    assert terms.apply(op, (terms.splat(unit, x.type), x), (), x.type) is x
+    assert terms.apply(op, (x, x), (), x.type) is x
+    assert terms.apply(op, (x, terms.splat(0.0, x.type)), (), x.type) is not x
+    values = np.array([np.nan, -np.inf, np.inf, 1.5], np.float32)
+    fn = np.maximum if op == "maximum" else np.minimum
+    np.testing.assert_array_equal(fn(values, np.float32(unit)), values)  # NaN too: XLA's max propagates it
+
+
+def test_product_with_a_broadcast_reciprocal_is_the_division() -> None:
+    terms = Terms()
+    x, s = terms.param(0, _t(2, 16, 16), "x"), terms.param(1, _t(2, 16), "s")
+    recip = terms.apply("divide", (terms.splat(1.0, s.type), s), (), s.type)
+    product = terms.apply("multiply", (x, _bcast(terms, recip, (0, 1), x.type)), (), x.type)
+    quotient = terms.apply("divide", (x, _bcast(terms, s, (0, 1), x.type)), (), x.type)
+    assert product is quotient
+    assert any("x · (1/y)" in n for n in terms.notes)  # a proof that used it says so
+    rng = np.random.default_rng(1)
+    xs, ss = rng.standard_normal((2, 16, 16)), rng.standard_normal((2, 16)) + 3
+    np.testing.assert_allclose(evaluate(product, {x.id: xs, s.id: ss}), xs / ss[:, :, None], rtol=1e-6)
+    # integers: 1/s truncates, so the product is not the division
+    terms = Terms()
+    xi, si = terms.param(0, _t(4, dtype="i32"), "x"), terms.param(1, _t(4, dtype="i32"), "s")
+    recip_i = terms.apply("divide", (terms.splat(1, si.type), si), (), si.type)
+    assert terms.apply("multiply", (xi, recip_i), (), xi.type).op == "multiply"
+
+
+def _reduce(terms: Terms, x: Term, dims: tuple[int, ...], init: float, out: TensorType, reducer: str = "sum") -> Term:
+    return terms.apply("reduce", (x, terms.scalar(init, out.dtype)),
+                       (("dimensions", dims), ("reducer", reducer)), out)
+
+
+def test_reduce_over_unit_dims_a_reshape_added_is_the_reshape() -> None:
+    terms = Terms()
+    x = terms.param(0, _t(1, 16), "x")
+    widened = terms.apply("reshape", (x,), (), _t(1, 16, 1))
+    assert _reduce(terms, widened, (2,), 0.0, _t(1, 16)) is x
+    assert _reduce(terms, widened, (2,), -math.inf, _t(1, 16), "max") is x
+    assert _reduce(terms, widened, (2,), 1.0, _t(1, 16)).op == "reduce"  # 1 + x is not x
+    # a unit dim of the operand itself (a block of one row) stays a reduction
+    block = terms.param(1, _t(3, 1), "block")
+    assert _reduce(terms, block, (1,), 0.0, _t(3)).op == "reduce"
+    xs = np.random.default_rng(2).standard_normal((1, 16)).astype(np.float32)
+    np.testing.assert_array_equal(evaluate(_reduce(terms, widened, (2,), 0.0, _t(1, 16)), {x.id: xs}), xs)
