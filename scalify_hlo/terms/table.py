@@ -21,7 +21,7 @@ from scalify_hlo.ir.dtypes import LOW_FLOATS, numpy_dtype
 from scalify_hlo.ir.nodes import ConvDims, DotDims, Literal, TensorType
 from scalify_hlo.ops.elementwise import COMMUTATIVE, SHAPE_PRESERVING
 from scalify_hlo.ops.reducers import Reducer, is_identity
-from scalify_hlo.terms import ranges, slicing, topk
+from scalify_hlo.terms import dots, ranges, slicing, topk
 from scalify_hlo.terms.movement import normalize, reshape_groups, reshape_outward
 from scalify_hlo.terms.ranges import Interval
 from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
@@ -265,12 +265,6 @@ def _broadcast(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Te
         composed = tuple(dims[i] for i in inner)
         return terms.mk("broadcast_in_dim", x.args, (("broadcast_dimensions", composed),), type)
     return None
-
-
-def _dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
-    lhs = args[0]
-    dims = DotDims((), (), (lhs.type.rank - 1,), (0,))
-    return terms.mk("dot_general", args, (("dot_dimension_numbers", dims),), type)
 
 
 def _convolution(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -584,8 +578,8 @@ _CANON = {
     "convolution": _convolution,
     "copy": _identity,
     "divide": _divide,
-    "dot": _dot,
-    "dot_general": slicing.pull_dot,
+    "dot": dots.dot,
+    "dot_general": dots.dot_general,
     "gather": _gather,
     "multiply": _multiply,
     "negate": _negate,

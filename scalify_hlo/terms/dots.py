@@ -1,0 +1,129 @@
+"""Canonical forms of dot products: how XLA's dot passes rewrite a dot and what it was are one term.
+
+`dot` (StableHLO's matrix product) is a `dot_general`; a transposed operand folds into the dimension
+numbers (transpose folding); reshapes of the operands that merge or split free dims, or merge paired
+contracted dims alike on both sides, move outside the dot, and unit batch dims become free dims (the dot
+decomposer, batch-dot-simplification); a slice of a free dim moves outside (`slicing.pull_dot`). Exact.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from scalify_hlo.ir.nodes import DotDims, TensorType
+from scalify_hlo.terms import slicing
+from scalify_hlo.terms.movement import reshape_groups
+from scalify_hlo.terms.term import Term
+
+if TYPE_CHECKING:
+    from scalify_hlo.terms.table import Terms
+
+
+def dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    """`dot(x, y)` contracts x's last dim with y's first."""
+    dims = DotDims((), (), (args[0].type.rank - 1,), (0,))
+    return terms.apply("dot_general", args, (("dot_dimension_numbers", dims),), type)
+
+
+def dot_general(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    return (_fold_operand_transposes(terms, args, a, type) or _reshapes_out_of_dot(terms, args, a, type)
+            or slicing.pull_dot(terms, args, a, type))
+
+
+def _fold_operand_transposes(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType
+                             ) -> Term | None:
+    """dot(x, transpose(y)) is dot(x, y) with y's dims renumbered, where the transpose keeps y's free dims
+    in order (so the result's dims stay where they were): XLA's transpose folding writes it so."""
+    dims = a.get("dot_dimension_numbers")
+    if not isinstance(dims, DotDims) or not any(x.op == "transpose" for x in args):
+        return None
+    sides = [[dims.lhs_batch, dims.lhs_contract], [dims.rhs_batch, dims.rhs_contract]]
+    operands = list(args)
+    for side, x in enumerate(args):
+        if x.op != "transpose":
+            continue
+        perm = tuple(x.attr("permutation"))
+        batch, contract = sides[side]
+        free = [perm[i] for i in range(x.type.rank) if i not in (*batch, *contract)]
+        if free != sorted(free):
+            continue
+        sides[side] = [tuple(perm[i] for i in batch), tuple(perm[i] for i in contract)]
+        operands[side] = x.args[0]
+    if operands == list(args):
+        return None
+    new = DotDims(sides[0][0], sides[1][0], sides[0][1], sides[1][1])
+    attrs = tuple((k, new if k == "dot_dimension_numbers" else v) for k, v in a.items())
+    return terms.apply("dot_general", (operands[0], operands[1]), attrs, type)
+
+
+def _reshapes_out_of_dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType
+                         ) -> Term | None:
+    """dot(reshape(x), reshape(y)) is reshape(dot(x, y)) where the reshapes merge or split free dims, and
+    merge paired batch or contracted dims alike on both sides (contracting a merged [2, 4] is contracting
+    [2] and [4]); a batch dim of size 1 is a free dim of each side. XLA's dot decomposer writes every dot as
+    a matrix product between such reshapes, batch-dot-simplification drops unit batch dims. Reshapes
+    outermost, where the movement normal form wants them."""
+    dims = a.get("dot_dimension_numbers")
+    if not isinstance(dims, DotDims):
+        return None
+    units = any(args[0].type.shape[d] == 1 for d in dims.lhs_batch)
+    for (x, mx), (y, my) in itertools.product(_dot_views(terms, args[0]), _dot_views(terms, args[1])):
+        if x is args[0] and y is args[1] and not units:
+            continue
+        pairs: list[list[tuple[int, int]]] = [[], []]  # batch, contracted: (x dim, y dim)
+        for k, (ls, rs) in enumerate(((dims.lhs_batch, dims.rhs_batch), (dims.lhs_contract, dims.rhs_contract))):
+            for dl, dr in zip(ls, rs, strict=True):
+                gl, gr = mx.get(dl), my.get(dr)
+                if gl is None or gr is None or [x.type.shape[d] for d in gl] != [y.type.shape[d] for d in gr]:
+                    break
+                pairs[k].extend((p, q) for p, q in zip(gl, gr, strict=True) if k == 1 or x.type.shape[p] != 1)
+            else:
+                continue
+            break
+        else:
+            new = DotDims(tuple(p for p, _ in pairs[0]), tuple(q for _, q in pairs[0]),
+                          tuple(p for p, _ in pairs[1]), tuple(q for _, q in pairs[1]))
+            lfree = [d for d in range(x.type.rank) if d not in (*new.lhs_batch, *new.lhs_contract)]
+            rfree = [d for d in range(y.type.rank) if d not in (*new.rhs_batch, *new.rhs_contract)]
+            shape = (*(x.type.shape[d] for d in new.lhs_batch), *(x.type.shape[d] for d in lfree),
+                     *(y.type.shape[d] for d in rfree))
+            attrs = tuple((k, new if k == "dot_dimension_numbers" else v) for k, v in a.items())
+            inner = terms.apply("dot_general", (x, y), attrs, TensorType(shape, type.dtype))
+            return terms.apply("reshape", (inner,), (), type)
+    return None
+
+
+def _dot_views(terms: Terms, r: Term) -> list[tuple[Term, dict[int, tuple[int, ...]]]]:
+    """The ways to read a dot operand `r` as reshape(x): (x, r dim -> the x dims it is made of), for the
+    dims made of whole x dims; `r` itself last."""
+    views = []
+    for x in _reshaped_from(terms, r):
+        groups = reshape_groups(x.type.shape, r.type.shape)
+        if groups is not None:
+            views.append((x, {rs[0]: tuple(xs) for xs, rs in groups if len(rs) == 1}))
+    views.append((r, {d: (d,) for d in range(r.type.rank)}))
+    return views
+
+
+def _reshaped_from(terms: Terms, r: Term) -> Iterator[Term]:
+    """Each `x` with `r = reshape(x)` in view: a reshape's operand, or for a join of reshapes (the normal
+    form of a reshaped join, `movement.reshape_outward`) each join of their operands that reshapes to it
+    (along a unit dim or beside it: both can be)."""
+    if r.op == "reshape":
+        yield r.args[0]
+        return
+    if r.op != "concatenate" or any(p.op != "reshape" for p in r.args):
+        return
+    pieces = tuple(p.args[0] for p in r.args)
+    first = pieces[0].type.shape
+    if any(p.type.rank != len(first) for p in pieces):
+        return
+    for d in reversed(range(len(first))):
+        if any(p.type.shape[:d] + p.type.shape[d + 1:] != first[:d] + first[d + 1:] for p in pieces):
+            continue
+        shape = tuple(sum(p.type.shape[d] for p in pieces) if k == d else n for k, n in enumerate(first))
+        joined = terms.apply("concatenate", pieces, (("dimension", d),), TensorType(shape, r.type.dtype))
+        if terms.apply("reshape", (joined,), (), r.type) is r:  # the canonical form says it is the same value
+            yield joined
