@@ -6,7 +6,10 @@ pass pair of a train step's dump, whose unproven outputs differed in float32 by 
 - max(x, -inf) and min(x, inf) are x, also where x is NaN; max(x, x) is x;
 - x / broadcast(s) is x · broadcast(1 / s) over the reals (floats only);
 - a reduce, from its identity, over unit dims a reshape added is that reshape (a unit block of a blocked
-  reduction stays a reduce: the blockwise normaliser merges those).
+  reduction stays a reduce: the blockwise normaliser merges those);
+- dots (`terms/dots.py`): a transposed operand folds into the dimension numbers; a matrix product between
+  reshapes that merge free dims, or contracted dims alike on both sides, is the dot it was decomposed from;
+  a unit batch dim is a free dim.
 """
 
 from __future__ import annotations
@@ -93,3 +96,48 @@ def test_reduce_over_unit_dims_a_reshape_added_is_the_reshape() -> None:
     assert _reduce(terms, block, (1,), 0.0, _t(3)).op == "reduce"
     xs = np.random.default_rng(2).standard_normal((1, 16)).astype(np.float32)
     np.testing.assert_array_equal(evaluate(_reduce(terms, widened, (2,), 0.0, _t(1, 16)), {x.id: xs}), xs)
+
+
+# -- dots (`terms/dots.py`) ---------------------------------------------------------------------------------
+
+def _dot(terms: Terms, x: Term, y: Term, dims: tuple[tuple[int, ...], ...], out: TensorType) -> Term:
+    from scalify_hlo.ir.nodes import DotDims
+
+    return terms.apply("dot_general", (x, y), (("dot_dimension_numbers", DotDims(*dims)),), out)
+
+
+def test_transposed_operand_folds_into_the_dimension_numbers() -> None:
+    terms = Terms()
+    x, w = terms.param(0, _t(16, 32), "x"), terms.param(1, _t(16, 32), "w")
+    wt = terms.apply("transpose", (w,), (("permutation", (1, 0)),), _t(32, 16))
+    folded = _dot(terms, x, wt, ((), (), (1,), (0,)), _t(16, 16))
+    assert folded is _dot(terms, x, w, ((), (), (1,), (1,)), _t(16, 16))
+    rng = np.random.default_rng(3)
+    xs, ws = rng.standard_normal((2, 16, 32))
+    np.testing.assert_allclose(evaluate(folded, {x.id: xs, w.id: ws}), xs @ ws.T, rtol=1e-5)
+
+
+def test_dot_decomposer_and_unit_batch_dims_meet_the_dot_they_came_from() -> None:
+    """[1, 16, 2, 4] · [2, 4, 32] contracting (2, 3) with (0, 1), and the same as a [16, 8] · [8, 32]
+    matrix product between reshapes; a batch dim of size 1 and the dot without it."""
+    terms = Terms()
+    x, w = terms.param(0, _t(1, 16, 2, 4), "x"), terms.param(1, _t(2, 4, 32), "w")
+    direct = _dot(terms, x, w, ((), (), (2, 3), (0, 1)), _t(1, 16, 32))
+    xm = terms.apply("reshape", (x,), (), _t(16, 8))
+    wm = terms.apply("reshape", (w,), (), _t(8, 32))
+    matrix = terms.apply("reshape", (_dot(terms, xm, wm, ((), (), (1,), (0,)), _t(16, 32)),), (), _t(1, 16, 32))
+    assert matrix is direct
+    rng = np.random.default_rng(4)
+    xs, ws = rng.standard_normal((1, 16, 2, 4)), rng.standard_normal((2, 4, 32))
+    np.testing.assert_allclose(evaluate(matrix, {x.id: xs, w.id: ws}), np.einsum("bsij,ijk->bsk", xs, ws),
+                               rtol=1e-5)
+    q, k = terms.param(2, _t(1, 16, 4), "q"), terms.param(3, _t(1, 16, 4), "k")
+    batched = _dot(terms, q, k, ((0,), (0,), (2,), (2,)), _t(1, 16, 16))
+    unbatched = terms.apply("reshape", (_dot(terms, terms.apply("reshape", (q,), (), _t(16, 4)),
+                                             terms.apply("reshape", (k,), (), _t(16, 4)),
+                                             ((), (), (1,), (1,)), _t(16, 16)),), (), _t(1, 16, 16))
+    assert batched is unbatched
+    # merging a contracted dim on one side only is not the same contraction: no rewrite
+    lone = terms.apply("reshape", (x,), (), _t(16, 8))
+    w8 = terms.param(4, _t(8, 32), "w8")
+    assert _dot(terms, lone, w8, ((), (), (1,), (0,)), _t(16, 32)).args[0] is lone
