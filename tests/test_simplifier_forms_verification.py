@@ -141,3 +141,14 @@ def test_dot_decomposer_and_unit_batch_dims_meet_the_dot_they_came_from() -> Non
     lone = terms.apply("reshape", (x,), (), _t(16, 8))
     w8 = terms.param(4, _t(8, 32), "w8")
     assert _dot(terms, lone, w8, ((), (), (1,), (0,)), _t(16, 32)).args[0] is lone
+
+
+def test_a_transpose_of_free_dims_folds_into_a_transposed_result() -> None:
+    terms = Terms()
+    x, y = terms.param(0, _t(16, 2, 4), "x"), terms.param(1, _t(5, 4), "y")
+    xt = terms.apply("transpose", (x,), (("permutation", (1, 0, 2)),), _t(2, 16, 4))
+    folded = _dot(terms, xt, y, ((), (), (2,), (1,)), _t(2, 16, 5))
+    assert folded.op == "transpose" and folded.args[0].op == "dot_general" and folded.args[0].args[0] is x
+    rng = np.random.default_rng(5)
+    xs, ys = rng.standard_normal((16, 2, 4)), rng.standard_normal((5, 4))
+    np.testing.assert_allclose(evaluate(folded, {x.id: xs, y.id: ys}), np.einsum("sjk,nk->jsn", xs, ys), rtol=1e-5)

@@ -5,7 +5,7 @@
     python tools/bench.py --quick          # 8B and the 405B 1-layer only
     python tools/bench.py --only 405b-64   # one case (repeatable)
     python tools/bench.py --only 405b-train-64 --md /tmp/train.md   # report elsewhere (results: /tmp/train.json)
-    python tools/bench.py --only passes-8l-train --md /tmp/passes.md  # `passes` over a whole XLA dump, jobs 1 and 2
+    python tools/bench.py --only passes-8l-train --md /tmp/passes.md  # `passes` over a whole XLA dump only
     python tools/bench.py --check          # run what the targets need, print each target and whether it is met
     python tools/bench.py --check --from-results   # run nothing: judge (and re-render BENCH.md from) results.json
     options: --timeout SECONDS (per verify, default 600), --passes-timeout SECONDS (per `passes` run, default
@@ -141,9 +141,9 @@ PASSES_TIMEOUT = 3600.0
 QUICK = ("8b-64", "405b-1L-64")
 CHECK = ("405b-64", "405b-1L-64", "405b-8", "405b-8-tp4", "405b-16", "405b-4096", "405b-64-bug97",
          "8b-train-8", "8b-train-64", "405b-train-64", "405b-train-scan-64", "405b-train-64-bug97",
-         "405b-train-8", "405b-train-4096")
-# The `passes` case checks a whole dump pair by pair (about 30 min on 2 cores): run with --only.
-ALL: list[AnyCase] = [*CASES]
+         "405b-train-8", "405b-train-4096", "passes-8l-train")
+# The `passes` case checks a whole dump pair by pair: about 6 min on 2 cores (both jobs settings).
+ALL: list[AnyCase] = [*CASES, *PASSES_CASES]
 BY_NAME: dict[str, AnyCase] = {c.name: c for c in (*CASES, *PASSES_CASES)}
 
 

@@ -34,51 +34,66 @@ def dot_general(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: T
 
 def _fold_operand_transposes(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType
                              ) -> Term | None:
-    """dot(x, transpose(y)) is dot(x, y) with y's dims renumbered, where the transpose keeps y's free dims
-    in order (so the result's dims stay where they were): XLA's transpose folding writes it so."""
+    """dot(x, transpose(y)) is dot(x, y) with y's dims renumbered (XLA's transpose folding writes it so),
+    the result transposed where the transpose reordered y's free dims: transposes outermost."""
     dims = a.get("dot_dimension_numbers")
     if not isinstance(dims, DotDims) or not any(x.op == "transpose" for x in args):
         return None
     sides = [[dims.lhs_batch, dims.lhs_contract], [dims.rhs_batch, dims.rhs_contract]]
     operands = list(args)
+    order: list[list[int]] = [[], []]  # per side: the new rank, among its free dims, of each old free dim
     for side, x in enumerate(args):
+        batch, contract = sides[side]
+        free = [i for i in range(x.type.rank) if i not in (*batch, *contract)]
+        order[side] = list(range(len(free)))
         if x.op != "transpose":
             continue
         perm = tuple(x.attr("permutation"))
-        batch, contract = sides[side]
-        free = [perm[i] for i in range(x.type.rank) if i not in (*batch, *contract)]
-        if free != sorted(free):
-            continue
+        moved = [perm[i] for i in free]
+        order[side] = [sorted(moved).index(d) for d in moved]
         sides[side] = [tuple(perm[i] for i in batch), tuple(perm[i] for i in contract)]
         operands[side] = x.args[0]
-    if operands == list(args):
-        return None
     new = DotDims(sides[0][0], sides[1][0], sides[0][1], sides[1][1])
     attrs = tuple((k, new if k == "dot_dimension_numbers" else v) for k, v in a.items())
-    return terms.apply("dot_general", (operands[0], operands[1]), attrs, type)
+    nb, nl = len(new.lhs_batch), len(order[0])
+    # result dim j of the written dot is dim q[j] of the folded one
+    q = (*range(nb), *(nb + r for r in order[0]), *(nb + nl + r for r in order[1]))
+    if q == tuple(range(type.rank)):
+        return terms.apply("dot_general", (operands[0], operands[1]), attrs, type)
+    inner_shape = [0] * type.rank
+    for j, src in enumerate(q):
+        inner_shape[src] = type.shape[j]
+    inner = terms.apply("dot_general", (operands[0], operands[1]), attrs, TensorType(tuple(inner_shape), type.dtype))
+    return terms.apply("transpose", (inner,), (("permutation", q),), type)
 
 
 def _reshapes_out_of_dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType
                          ) -> Term | None:
     """dot(reshape(x), reshape(y)) is reshape(dot(x, y)) where the reshapes merge or split free dims, and
     merge paired batch or contracted dims alike on both sides (contracting a merged [2, 4] is contracting
-    [2] and [4]); a batch dim of size 1 is a free dim of each side. XLA's dot decomposer writes every dot as
-    a matrix product between such reshapes, batch-dot-simplification drops unit batch dims. Reshapes
-    outermost, where the movement normal form wants them."""
+    [2] and [4]); a batch or contracted pair of unit dims is a pair of free dims. XLA's dot decomposer
+    writes every dot as a matrix product between such reshapes, batch-dot-simplification drops unit batch
+    dims. Reshapes outermost, where the movement normal form wants them."""
     dims = a.get("dot_dimension_numbers")
     if not isinstance(dims, DotDims):
         return None
-    units = any(args[0].type.shape[d] == 1 for d in dims.lhs_batch)
+    # A unit pair is a pair of free unit dims (a sum of one product); a contracted one only beside another
+    # contracted pair (a block of one row of a blocked contraction stays a contraction, as written).
+    lhs = args[0].type.shape
+    summed = any(lhs[d] != 1 for d in dims.lhs_contract)
+    units = any(lhs[d] == 1 for d in dims.lhs_batch) or (summed and any(lhs[d] == 1 for d in dims.lhs_contract))
     for (x, mx), (y, my) in itertools.product(_dot_views(terms, args[0]), _dot_views(terms, args[1])):
         if x is args[0] and y is args[1] and not units:
             continue
         pairs: list[list[tuple[int, int]]] = [[], []]  # batch, contracted: (x dim, y dim)
         for k, (ls, rs) in enumerate(((dims.lhs_batch, dims.rhs_batch), (dims.lhs_contract, dims.rhs_contract))):
             for dl, dr in zip(ls, rs, strict=True):
+                if lhs[dl] == 1 and (k == 0 or summed):
+                    continue
                 gl, gr = mx.get(dl), my.get(dr)
                 if gl is None or gr is None or [x.type.shape[d] for d in gl] != [y.type.shape[d] for d in gr]:
                     break
-                pairs[k].extend((p, q) for p, q in zip(gl, gr, strict=True) if k == 1 or x.type.shape[p] != 1)
+                pairs[k].extend(zip(gl, gr, strict=True))
             else:
                 continue
             break
