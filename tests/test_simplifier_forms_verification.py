@@ -152,3 +152,57 @@ def test_a_transpose_of_free_dims_folds_into_a_transposed_result() -> None:
     rng = np.random.default_rng(5)
     xs, ys = rng.standard_normal((16, 2, 4)), rng.standard_normal((5, 4))
     np.testing.assert_allclose(evaluate(folded, {x.id: xs, y.id: ys}), np.einsum("sjk,nk->jsn", xs, ys), rtol=1e-5)
+
+
+# -- reduction bodies after XLA's float normalization ----------------------------------------------------------
+
+_BODIES = """HloModule bodies, entry_computation_layout={(bf16[8]{0}, f32[8]{0})->(bf16[], f32[], f32[])}
+
+%wide (a: bf16[], b: bf16[]) -> bf16[] {
+  %a = bf16[] parameter(0)
+  %b = bf16[] parameter(1)
+  %ca = f32[] convert(%a)
+  %cb = f32[] convert(%b)
+  %s = f32[] add(%ca, %cb)
+  ROOT %r = bf16[] convert(%s)
+}
+
+%rounded (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  %m = f32[] maximum(%x, %y)
+  %n = bf16[] convert(%m)
+  ROOT %w = f32[] convert(%n)
+}
+
+%other (p: f32[], q: f32[]) -> f32[] {
+  %p = f32[] parameter(0)
+  %q = f32[] parameter(1)
+  %s = f32[] add(%p, %q)
+  ROOT %t = f32[] multiply(%s, %s)
+}
+
+ENTRY %main (v: bf16[8], u: f32[8]) -> (bf16[], f32[], f32[]) {
+  %v = bf16[8]{0} parameter(0)
+  %u = f32[8]{0} parameter(1)
+  %zb = bf16[] constant(0)
+  %zf = f32[] constant(0)
+  %r0 = bf16[] reduce(%v, %zb), dimensions={0}, to_apply=%wide
+  %r1 = f32[] reduce(%u, %zf), dimensions={0}, to_apply=%rounded
+  %r2 = f32[] reduce(%u, %zf), dimensions={0}, to_apply=%other
+  ROOT %t = (bf16[], f32[], f32[]) tuple(%r0, %r1, %r2)
+}
+"""
+
+
+def test_reduction_bodies_between_float_converts_are_their_reducer() -> None:
+    """A bf16 sum computed in f32 and an f32 max rounded to bf16 at each step (what float normalization
+    writes) are a sum and a max over the reals; a body doing more than one op is no reducer. (Hand-written
+    HLO pinning the body forms; `tests/test_passes.py` has XLA's own.)"""
+    from scalify_hlo import parsers
+    from scalify_hlo.ir.nodes import walk
+    from scalify_hlo.ops.reducers import Reducer, reducer_of
+
+    module = parsers.loads(_BODIES, "bodies.hlo")
+    found = [reducer_of(op.regions[0]) for op in walk(module.main.body.ops) if op.opcode == "reduce"]
+    assert found == [Reducer.SUM, Reducer.MAX, None]

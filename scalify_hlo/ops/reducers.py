@@ -69,13 +69,34 @@ def is_identity(value: float | int | None, reducer: Reducer, dtype: str) -> bool
 
 
 def reducer_of(region: Region) -> Reducer | None:
-    """The reducer of a two-argument region that applies one associative op to its arguments."""
-    if len(region.args) != 2 or len(region.ops) != 1 or len(region.results) != 1:
+    """The reducer of a two-argument region that applies one associative op to its arguments; also where
+    float converts stand around the op (XLA's float normalization: a bf16 reduction computed in f32, or an
+    f32 one rounded to bf16 at each step): the same reducer over the reals."""
+    if len(region.args) != 2 or len(region.results) != 1:
         return None
-    (op,) = region.ops
-    if op.results != region.results or set(op.operands) != set(region.args):
+    defs = {r: op for op in region.ops for r in op.results}
+    used: set[int] = set()
+
+    def through_converts(v: Value) -> Value:
+        while (op := defs.get(v)) is not None and op.opcode == "convert" and _is_float(v) and _is_float(op.operands[0]):
+            used.add(id(op))
+            v = op.operands[0]
+        return v
+
+    core = defs.get(through_converts(region.results[0]))
+    if core is None or len(core.operands) != 2 or len(core.results) != 1:
         return None
-    return REDUCER_OF_OP.get(op.opcode)
+    used.add(id(core))
+    sources = [through_converts(v) for v in core.operands]
+    if set(sources) != set(region.args) or len(used) != len(region.ops):
+        return None  # another op in the body, or the op not applied to both arguments
+    if len(region.ops) > 1 and not all(_is_float(v) for v in (*region.args, *core.results)):
+        return None
+    return REDUCER_OF_OP.get(core.opcode)
+
+
+def _is_float(v: Value) -> bool:
+    return isinstance(v.type, TensorType) and v.type.dtype.startswith(("f", "bf"))
 
 
 # ------------------------------------------------------------------------------ argmax / argmin bodies
