@@ -35,7 +35,7 @@ class Evidence:
         self.bp, self.ap, self.opts, self.terms, self.notes = bp, ap, opts, terms, notes
         # plain mode: (after outputs, before outputs) of one whole run, per WIDE setting; every unproven
         # output reads the same run
-        self._runs: dict[bool, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        self._runs: dict[bool, tuple[list[np.ndarray], list[np.ndarray]] | None] = {}
 
     def backed(self, evidence: list[Finding], doubts: list[Finding], partial: dict[int, Counterexample]
                 ) -> Discrepancy | Unknown:
@@ -93,11 +93,15 @@ class Evidence:
         devices (collectives exchange data between the simulated devices). Both programs run once."""
         wide = WIDE.get()
         if wide not in self._runs:
+            self._runs[wide] = None  # a run that fails fails for every output: tried once
             devices = max(self.bp.module.num_partitions, self.ap.module.num_partitions, 1)
             inputs = _stacked_random(self.bp, devices, rng)
             self._runs[wide] = (numeric.run(self.ap.func, inputs, devices, module=self.ap.module),
                                 numeric.run(self.bp.func, inputs, devices, module=self.bp.module))
-        after, before = self._runs[wide]
+        run = self._runs[wide]
+        if run is None:
+            raise NotEvaluable("the programs could not be run")
+        after, before = run
         return np.asarray(after[j]), np.asarray(before[j])
 
     def counterexample(self, j: int, after_term: Term, before_term: Term) -> Counterexample | None:
