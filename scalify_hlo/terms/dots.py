@@ -66,11 +66,10 @@ def _fold_operand_transposes(terms: Terms, args: tuple[Term, ...], a: dict[str, 
 
 def _reshapes_out_of_dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType
                          ) -> Term | None:
-    """dot(reshape(x), reshape(y)) is reshape(dot(x, y)) where the reshapes merge or split free dims, and
-    merge paired batch or contracted dims alike on both sides (contracting a merged [2, 4] is contracting
-    [2] and [4]); a batch or contracted pair of unit dims is a pair of free dims. XLA's dot decomposer
-    writes every dot as a matrix product between such reshapes, batch-dot-simplification drops unit batch
-    dims. Reshapes outermost, where the movement normal form wants them."""
+    """A batch or contracted pair of unit dims is a pair of free dims, the dot reshaped (what
+    batch-dot-simplification writes). Over each view of the operands (`_dot_views`): a view as reshape(x)
+    would also let a reshape that merges or splits free dims, or merges paired contracted dims alike on both
+    sides, move outside (the dot decomposer's form), and is left out for now."""
     dims = a.get("dot_dimension_numbers")
     if not isinstance(dims, DotDims):
         return None
