@@ -25,6 +25,7 @@ from scalify_hlo.parsers.stablehlo import parse_mlir
 from scalify_hlo.ir import _jaxlib
 from scalify_hlo.ir.errors import ParseError, Span
 from scalify_hlo.ir.nodes import Attrs, Module
+from scalify_hlo.ir.tile_text import find_bad_tiles
 
 _XLA_ERROR = re.compile(r"(\d+):(\d+): error: ([^\n]*)")
 # XLA's printer elides constants larger than a few elements as `constant({...})` unless the dump asks for
@@ -207,8 +208,18 @@ def _hlo_error(err: Exception, text: str, path: str) -> ParseError:
     return ParseError(Span(path), f"not valid HLO text: {first}")
 
 
+def _span_at(text: str, offset: int, path: str) -> Span:
+    line = text.count("\n", 0, offset) + 1
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    return Span(path, line, offset - start + 1, text[start:end if end >= 0 else len(text)])
+
+
 def _parse_text(text: str, path: str) -> Any:
     """XLA's parse of `text`; on failure, of `text` with its tuple accesses expanded (jaxlib < 0.11)."""
+    bad = find_bad_tiles(text)
+    if bad is not None:  # XLA would abort the process on it
+        raise ParseError(_span_at(text, bad.offset, path), f"not valid HLO text: {bad.message}")
     try:
         return _jaxlib.hlo_module_from_text(text)
     except _jaxlib.XLA_ERRORS as err:
@@ -229,11 +240,7 @@ def _refuse_elided_constants(text: str, path: str) -> None:
     m = _ELIDED.search(text) if _ELIDED_TEXT in text else None
     if m is None:
         return
-    line = text.count("\n", 0, m.start()) + 1
-    start = text.rfind("\n", 0, m.start()) + 1
-    end = text.find("\n", m.start())
-    source = text[start:end if end >= 0 else len(text)]
-    raise ParseError(Span(path, line, m.start() - start + 1, source), "a constant elided by XLA's printer (`constant({...})`): its values "
+    raise ParseError(_span_at(text, m.start(), path), "a constant elided by XLA's printer (`constant({...})`): its values "
                      "are not in the file; expected a dump written with --xla_dump_large_constants=true "
                      "(XLA_FLAGS), or compiled.as_text() of a program whose constants are small")
 

@@ -83,6 +83,23 @@ def test_elided_constant_is_refused(tmp_path: Path) -> None:
     assert_bad_input(run_cli("diff", fx / "before.mlir", path), f"{path}:{line}", "--xla_dump_large_constants")
 
 
+@pytest.mark.parametrize(("old", "new", "needle"), [
+    # XLA's parser CHECK-fails (aborts the process) on these: read first, so they are errors with a line
+    (X_SHARDING, "sharding={devices=[2,1,4]0,0,1,1,2,2,3,3 last_tile_dim_replicate}", "distinct non-negative"),
+    (X_SHARDING, "sharding={devices=[2,1,4]<=[2,4]T(0,0) last_tile_dim_replicate}", "not a permutation"),
+    (X_SHARDING, "sharding={devices=[-2,1,-4]<=[8] last_tile_dim_replicate}", "positive tile dimensions"),
+    (TP_GROUPS, "replica_groups=[2,4]<=[2,4]T(1,1)", "not a permutation"),
+])
+def test_a_tile_assignment_xla_would_abort_on(tmp_path: Path, old: str, new: str, needle: str) -> None:
+    text = (MLP / "after.hlo").read_text()
+    assert old in text
+    after = tmp_path / "after.hlo"
+    after.write_text(text.replace(old, new, 1))
+    line = text[: text.index(old)].count("\n") + 1
+    # a subprocess: were XLA to see it, the abort would end the test's own process
+    assert_bad_input(run_cli("diff", MLP / "before.mlir", after), f"{after}:{line}", needle)
+
+
 def test_wrong_dialect(tmp_path: Path) -> None:
     other = tmp_path / "arith.mlir"
     other.write_text("module {\n  func.func @main(%a: i32) -> i32 {\n    %0 = arith.addi %a, %a : i32\n"

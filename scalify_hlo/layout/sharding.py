@@ -23,6 +23,7 @@ import numpy as np
 
 from scalify_hlo.ir import _jaxlib
 from scalify_hlo.ir.errors import ShardingError, Span, UnmodelledShardingError
+from scalify_hlo.ir.tile_text import find_bad_tiles
 from scalify_hlo.layout.inference import factor, mesh_axes_of
 from scalify_hlo.layout.mesh import IntArray, Layout, Mesh, Reducer, preview_devices, sub_axis_name
 
@@ -193,6 +194,9 @@ def parse_gspmd(text: str, span: Span | None = None) -> Sharding:
 
 @functools.lru_cache(maxsize=4096)
 def _parse_gspmd_cached(text: str) -> Sharding:
+    bad = find_bad_tiles(text)
+    if bad is not None:  # XLA would abort the process on it
+        raise ShardingError(None, f"cannot read sharding {text!r} ({bad.message}); {_EXPECTED_GSPMD}")
     hlo_sharding = _jaxlib.hlo_sharding_class()
     try:
         parsed = hlo_sharding.from_string(text)
