@@ -43,6 +43,7 @@ from scalify_hlo.ir.nodes import (
 )
 from scalify_hlo.layout.inference import mesh_axes_of, refine_for_axes
 from scalify_hlo.layout.sharding import mesh_from_sdy
+from scalify_hlo.ops.elementwise import ELEMENTWISE_CUSTOM_CALLS
 
 # Dialect prefixes dropped from opcodes: the common IR speaks StableHLO, and mhlo/chlo ops that the
 # converter or JAX emit keep their own names (`fusion`, `copy`, `top_k`) in the same namespace.
@@ -329,7 +330,14 @@ class _Reader:
                 ty = self.type_of(t)
             value = values[r] = Value(ty, base if single else f"{base}#{i}")
             out.append(value)
-        return Op(opcode, operands, tuple(out), self.op_attrs(o.attributes), regions, loc)
+        attrs = self.op_attrs(o.attributes)
+        if opcode == "custom_call" and len(operands) == 1 and len(out) == 1 and operands[0].type == out[0].type:
+            target = str(attrs.get("call_target_name", ""))
+            op = ELEMENTWISE_CUSTOM_CALLS.get(target)
+            if op is not None:  # an FFI kernel of an elementwise op: read as the op. The target stays as an
+                # attribute: it tells the kernel's op from chlo's, which XLA expands (`parsers.chlo`).
+                return Op(op, operands, tuple(out), Attrs.of({"call_target_name": target}), regions, loc)
+        return Op(opcode, operands, tuple(out), attrs, regions, loc)
 
     def func(self, f: Any) -> Func:
         region = f.regions[0]

@@ -122,3 +122,42 @@ def test_an_error_in_the_block_propagates(mesh: jax.sharding.Mesh) -> None:
         _step(mesh, mlp_tp_wrong_axis)(params, x)  # type: ignore[operator]
         _ = 1 / 0
     assert session.results == []  # (not verified: the block's own error is the one that matters)
+
+
+@pytest.mark.skipif(not hasattr(jax.lax, "fma"), reason="lax.fma (stablehlo.fma) is new in jax 0.12.1")
+def test_fused_multiply_add_is_multiply_then_add(mesh: jax.sharding.Mesh) -> None:
+    # stablehlo.fma rounds once, a * b + c twice: equal over the reals, where float programs are compared
+    v = jax.ShapeDtypeStruct((8, 16), jnp.float32)
+    specs = dict(mesh=mesh, in_specs=P("dp", "tp"), out_specs=P("dp", "tp"))
+
+    def reference(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+        return jnp.log2(jnp.exp2(a * b + c))
+
+    def fused(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+        return jnp.log2(jnp.exp2(jax.lax.fma(a, b, c)))
+
+    def fused_wrong(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+        return jnp.log2(jnp.exp2(jax.lax.fma(a, c, b)))  # BUG: a * c + b
+
+    assert "stablehlo.fma" in jax.jit(fused).lower(v, v, v).as_text()
+    assert check_shard_map(reference, fused, v, v, v, **specs).name == "equivalent"
+    assert check_shard_map(reference, fused_wrong, v, v, v, **specs).name == "discrepancy"
+
+
+def test_special_functions_lowered_to_ffi_kernels(mesh: jax.sharding.Mesh) -> None:
+    # jax >= 0.12.1 lowers lgamma and digamma to FFI custom calls on CPU (cpu_lgamma_ffi, cpu_digamma_ffi);
+    # older jax to chlo ops. Either way the proof reads them as the elementwise functions.
+    v = jax.ShapeDtypeStruct((8, 16), jnp.float32)
+    specs = dict(mesh=mesh, in_specs=P("dp", "tp"), out_specs=P("dp", "tp"))
+
+    def reference(a: jax.Array) -> jax.Array:
+        return jax.scipy.special.gammaln(a) - jax.scipy.special.digamma(a)
+
+    def swapped(a: jax.Array) -> jax.Array:
+        return jax.scipy.special.digamma(a) - jax.scipy.special.gammaln(a)  # BUG: the other way round
+
+    assert check_shard_map(reference, reference, v, **specs).name == "equivalent"
+    assert check_shard_map(reference, swapped, v, **specs).name == "discrepancy"
+    with verifying() as session:  # GSPMD: XLA's partitioned module keeps the calls (or chlo's expansions)
+        jax.jit(reference)(jax.device_put(jnp.full((8, 16), 2.5, jnp.float32), NamedSharding(mesh, P("dp", "tp"))))
+    assert [r.verdict for r in session.results] == ["equivalent"], session.summary()

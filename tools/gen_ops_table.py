@@ -46,9 +46,10 @@ OWNERS = ("stablehlo", "chlo")  # mhlo ops with a namesake here share its row
 # first seen in: the table lists them too, so it is the same whichever supported jaxlib generates it.
 EXTRA_OPS: dict[str, str] = {
     "mhlo.collective_reduce": "0.12.0.1",
-    "mhlo.exp2": "0.12.0.1",
-    "mhlo.log2": "0.12.0.1",
     "stablehlo.collective_reduce": "0.12.0.1",
+    "stablehlo.exp2": "0.12.1",
+    "stablehlo.fma": "0.12.1",
+    "stablehlo.log2": "0.12.1",
 }
 
 # Ops of another dialect that share a stablehlo op's opcode *and* its meaning and attributes, so the
@@ -114,8 +115,6 @@ REASONS: dict[str, str] = {
     "func.constant": f"a function-symbol constant, {_NOT_EMITTED}",
     "mhlo.add_dependency": "token ordering of XLA's scheduler (compiled modules only)",
     "mhlo.collective_reduce": "collective not modelled yet",
-    "mhlo.exp2": "elementwise op without a kernel yet",
-    "mhlo.log2": "elementwise op without a kernel yet",
     "mhlo.minimum_broadcast_shapes": _DYNAMIC,
     "mhlo.stochastic_convert": "randomised rounding: not deterministic",
     "mhlo.trace": "a debugging trace with side effects",
@@ -366,6 +365,7 @@ def fixture_ops(known: dict[str, list[str]] | None = None) -> dict[str, str]:
 def _row(op: str, owner: dict[str, str], k: Knowledge, fixtures: dict[str, str]) -> Row:
     from scalify_hlo.parsers.stablehlo import _PREFIXES
 
+    from scalify_hlo.ops.elementwise import ELEMENTWISE_CUSTOM_CALLS
     from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS
 
     base, _, target = op.partition(" @")
@@ -373,7 +373,12 @@ def _row(op: str, owner: dict[str, str], k: Knowledge, fixtures: dict[str, str])
     parse = "yes" if base.startswith(_PREFIXES) else NO
     if op in EXTRA_OPS:
         parse += f" (jaxlib {EXTRA_OPS[op]}+)"
-    if target:
+    if target in ELEMENTWISE_CUSTOM_CALLS:  # the parser reads the call as the elementwise op
+        opcode = ELEMENTWISE_CUSTOM_CALLS[target]
+        numeric = "yes" if opcode in k.kernels else NO
+        layout = k.layout.get(opcode, NO) + f" (read as `{opcode}`)"
+        rules = k.algebra.get(opcode, NONE)
+    elif target:
         numeric = "yes" if target in k.numeric_targets else NO
         layout = NO if target not in k.layout_targets else (
             "identity" if target in IDENTITY_CUSTOM_CALLS else "prove.derive._custom_call (a rule of its own)")
@@ -415,6 +420,8 @@ def _status(op: str, opcode: str, owner: dict[str, str], numeric: str, layout: s
 def rows(installed: Iterable[str] | None = None, known: dict[str, list[str]] | None = None) -> list[Row]:
     """One row per op of the table, sorted by op (custom-call targets right after `custom_call`); `installed`
     defaults to the installed jaxlib's ops, `known` is `fixture_ops`'s cache."""
+    from scalify_hlo.ops.elementwise import ELEMENTWISE_CUSTOM_CALLS
+
     k = knowledge()
     ops = table_ops(installed_ops() if installed is None else installed)
     owner: dict[str, str] = {}
@@ -423,7 +430,7 @@ def rows(installed: Iterable[str] | None = None, known: dict[str, list[str]] | N
             if op.startswith(dialect + "."):
                 owner.setdefault(_opcode(op), op)
     custom = "stablehlo.custom_call"
-    targets = sorted(set(CUSTOM_CALL_TARGETS) | k.numeric_targets | k.layout_targets)
+    targets = sorted(set(CUSTOM_CALL_TARGETS) | k.numeric_targets | k.layout_targets | set(ELEMENTWISE_CUSTOM_CALLS))
     names = sorted([*ops, *(f"{custom} @{t}" for t in targets)])
     fixtures = fixture_ops(known)
     return [_row(op, owner, k, fixtures) for op in names]

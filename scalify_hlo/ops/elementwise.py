@@ -156,9 +156,11 @@ ELEMENTWISE: dict[str, Elementwise] = {
     "erf": Elementwise(functools.partial(_scipy, "erf")),
     "erf_inv": Elementwise(functools.partial(_scipy, "erfinv")),
     "erfc": Elementwise(functools.partial(_scipy, "erfc")),
+    "exp2": Elementwise(np.exp2),  # stablehlo.exp2, jax >= 0.12.1 (mhlo.exp2 from 0.12.0.1)
     "exponential": Elementwise(np.exp),
     "exponential_minus_one": Elementwise(np.expm1),
     "floor": Elementwise(np.floor),
+    "fma": Elementwise(lambda a, b, c: a * b + c),  # one rounding in XLA; in the widened dtype here
     "imag": Elementwise(np.imag),
     "is_finite": Elementwise(np.isfinite),
     "is_inf": Elementwise(np.isinf),
@@ -166,6 +168,7 @@ ELEMENTWISE: dict[str, Elementwise] = {
     "is_pos_inf": Elementwise(lambda x: np.isposinf(x)),
     "lgamma": Elementwise(functools.partial(_scipy, "gammaln")),
     "log": Elementwise(np.log),
+    "log2": Elementwise(np.log2),  # stablehlo.log2, jax >= 0.12.1 (mhlo.log2 from 0.12.0.1)
     "log_plus_one": Elementwise(np.log1p),
     "logistic": Elementwise(lambda x: 1 / (1 + np.exp(-x))),
     "maximum": Elementwise(np.maximum, commutative=True),
@@ -199,6 +202,11 @@ ELEMENTWISE: dict[str, Elementwise] = {
     "xor": Elementwise(np.bitwise_xor, commutative=True),
     "zeta": Elementwise(functools.partial(_scipy, "zeta")),
 }
+
+# JAX's FFI kernels of elementwise ops (jax >= 0.12.1 lowers lgamma and digamma to these on CPU, CUDA and
+# ROCm): a call of one operand and one result of its type is the op itself.
+ELEMENTWISE_CUSTOM_CALLS: dict[str, str] = {
+    f"{platform}_{op}_ffi": op for platform in ("cpu", "cu", "hip") for op in ("digamma", "lgamma")}
 
 COMMUTATIVE = frozenset(name for name, e in ELEMENTWISE.items() if e.commutative)
 # The elementwise ops whose result has their operands' shape: data movement commutes with these.

@@ -429,6 +429,11 @@ def _square(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tenso
     return terms.apply("multiply", (x, x), (), type)  # chlo.square is x * x, exactly (one rounding either way)
 
 
+def _fma(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
+    x, y, z = args  # stablehlo.fma (jax >= 0.12.1) is x * y + z rounded once: equal over the reals
+    return terms.apply("add", (terms.apply("multiply", (x, y), (), type), z), (), type)
+
+
 def _and(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     return ranges.fold_logic(terms, "and", args, type)
 
@@ -469,6 +474,7 @@ _CANON = {
     "divide": arith.divide,
     "dot": dots.dot,
     "dot_general": dots.dot_general,
+    "fma": _fma,
     "gather": _gather,
     "multiply": arith.multiply,
     "negate": _negate,
