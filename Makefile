@@ -17,7 +17,7 @@ STAMP_NEWEST := $(VENV_NEWEST)/.installed
 $(STAMP): pyproject.toml $(OLDEST)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c $(OLDEST) -e '.[test]'
+	$(PY) -m pip install --quiet -c $(OLDEST) -e '.[test,ray]'
 	touch $(STAMP)
 
 # Eager upgrade: whatever is newest today within pyproject.toml's ranges, even in an existing venv.

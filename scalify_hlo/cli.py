@@ -251,6 +251,9 @@ def passes(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON ('-' for stdout)")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=0, help="pass pairs checked in parallel, in worker "
                                       "processes (0, the default: one per core)")] = 0,
+    ray: Annotated[str | None, typer.Option("--ray", help="check the pairs as tasks of a Ray cluster: 'auto' (the "
+                                            "cluster `ray start` runs), an address, or 'local' (start one here); "
+                                            "needs pip install 'scalify-hlo[ray]'")] = None,
 ) -> None:
     """Verify each consecutive pass pair of an XLA dump; name the first pass that breaks meaning."""
     import json
@@ -261,7 +264,7 @@ def passes(
     if not dump.is_dir():
         raise ParseError(Span(str(dump)), "not a directory; expected an XLA dump directory")
     _check_output("--json", json_out)
-    results = check_dump(dump, stop_at_first=stop, jobs=jobs or os.cpu_count() or 1)
+    results = check_dump(dump, stop_at_first=stop, jobs=jobs or os.cpu_count() or 1, ray=ray)
     if not results:
         raise ParseError(Span(str(dump)), "no per-pass module dumps (module_*.after_*.txt) in this directory; "
                          "expected a dump made with --xla_dump_hlo_pass_re=.*")

@@ -20,9 +20,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import scalify_hlo.parsers as parsers
-from scalify_hlo.ir.errors import ScalifyError
+from scalify_hlo.ir.errors import ScalifyError, UsageError
 from scalify_hlo.ir.inline import inline
 from scalify_hlo.ir.nodes import Module
 from scalify_hlo.layout.program import form_of
@@ -94,13 +95,16 @@ def stages(dump: Path) -> dict[str, list[Stage]]:
 
 
 def check_dump(dump: Path, *, stop_at_first: bool = False, options: Options | None = None,
-               jobs: int = 1) -> list[PassResult]:
+               jobs: int = 1, ray: str | None = None) -> list[PassResult]:
     """Every consecutive pass pair of every module, in pipeline order. With `jobs` > 1 the pairs are
-    checked in that many worker processes; the results (and, with `stop_at_first`, the first pass that
-    breaks meaning) are the same as with one."""
+    checked in that many worker processes, with `ray` (a cluster address, "auto" for the running one,
+    "local" to start one here) as tasks of a Ray cluster; the results (and, with `stop_at_first`, the
+    first pass that breaks meaning) are the same as with one."""
     pairs = [(key, label(a, b), a.path, b.path) for key, seq in stages(dump).items()
              for a, b in itertools.pairwise(seq)]
     opts = options or Options()
+    if ray is not None:
+        return _on_ray(ray, pairs, opts, stop_at_first)
     results: list[PassResult] = []
     if jobs <= 1 or len(pairs) <= 1:
         cache: dict[Path, Module] = {}
@@ -121,15 +125,51 @@ def check_dump(dump: Path, *, stop_at_first: bool = False, options: Options | No
     return results
 
 
+def _on_ray(address: str, pairs: list[tuple[str, str, Path, Path]], options: Options,
+            stop_at_first: bool) -> list[PassResult]:
+    """The pairs as tasks of a Ray cluster. Each dump file goes to the object store once, as bytes (the
+    cluster's nodes need not see this file system); a task parses its two. The nodes need scalify-hlo."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(None, "--ray needs Ray, which is not installed; expected "
+                         "pip install 'scalify-hlo[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        try:  # "local": a Ray instance of this machine's cores for this run; else the cluster at `address`
+            ray.init(address=None if address == "local" else address, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False)
+        except (ConnectionError, ValueError, RuntimeError) as err:
+            raise UsageError(None, f"--ray {address}: cannot reach a Ray cluster ({err}); expected 'local', "
+                             "'auto' (the cluster `ray start` runs) or a cluster address") from None
+    try:
+        task: Any = ray.remote(num_cpus=1)(_check_pair)  # (typed stubs: no overload has 8 arguments)
+        files = {p: ray.put(parsers.read_input(p)) for _, _, a, b in pairs for p in (a, b)}
+        futures = [task.remote(key, name, a, b, options, None, files[a], files[b]) for key, name, a, b in pairs]
+        results: list[PassResult] = []
+        for future in futures:  # in pipeline order, as with worker processes
+            results.append(ray.get(future))
+            if stop_at_first and results[-1].verdict == "discrepancy":
+                for rest in futures[len(results):]:
+                    ray.cancel(rest)
+                break
+        return results
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
 def _check_pair(key: str, name: str, a: Path, b: Path, options: Options,
-                cache: dict[Path, Module] | None = None) -> PassResult:
-    """One pass pair: the distributed check where it turns a global program into a per-device one."""
+                cache: dict[Path, Module] | None = None, a_data: bytes | None = None,
+                b_data: bytes | None = None) -> PassResult:
+    """One pass pair: the distributed check where it turns a global program into a per-device one. The
+    files are read here unless their bytes come with the pair (a Ray task)."""
     cache = {} if cache is None else cache
     started = time.perf_counter()
     try:
-        for p in (a, b):
+        for p, data in ((a, a_data), (b, b_data)):
             if p not in cache:
-                cache[p] = parsers.load(p)
+                cache[p] = parsers.load(p) if data is None else parsers.loads(data, str(p))
         ma, mb = cache[a], cache[b]
         fa, fb = form_of(ma, inline(ma)), form_of(mb, inline(mb))
         plain = not (fa == "global" and fb == "spmd")

@@ -1,16 +1,18 @@
 """`scalify-hlo passes` over a real XLA pipeline dump of the Llama block: every pass pair proven or
 `unknown` with a reason (never a discrepancy), a hand-broken pass output found at its pass and op, and
-the simplifier pass of a train step proven."""
+the simplifier pass of a train step proven; the same pairs as tasks of a local Ray cluster."""
 
 from __future__ import annotations
 
 import json
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 from conftest import REPO
 
+from scalify_hlo.ir.errors import UsageError
 from scalify_hlo.passes import check_dump, render
 
 DUMPS = REPO / "tests" / "pass_dumps"
@@ -77,3 +79,25 @@ def test_the_simplifier_pass_of_a_train_step_is_proven(tmp_path: Path) -> None:
     (result,) = check_dump(_unpack("train_step_algsimp.tar.gz", tmp_path))
     assert result.passes.endswith("algsimp"), result.passes
     assert result.verdict == "equivalent", render([result])
+
+
+@pytest.mark.slow
+def test_pass_pairs_as_tasks_of_a_local_ray_cluster(tmp_path: Path) -> None:
+    """`--ray local`: a Ray instance on this machine; the files travel as bytes through its object store.
+    The first breaking pass and every verdict are those of a serial run."""
+    expected = json.loads((DUMPS / "llama_block_broken.json").read_text())
+    dump = _unpack("llama_block_broken.tar.gz", tmp_path)
+    serial = check_dump(dump)
+    on_ray = check_dump(dump, ray="local")
+    assert [(r.passes, r.verdict) for r in on_ray] == [(r.passes, r.verdict) for r in serial]
+    first = next(r for r in on_ray if r.verdict == "discrepancy")
+    assert (first.passes, first.after.name) == (expected["pass"], expected["file"])
+    assert first.report is not None and first.report.findings[0].after is not None
+    assert first.report.findings[0].after.instruction == expected["instruction"]
+
+
+def test_ray_not_installed_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dump = _unpack("train_step_algsimp.tar.gz", tmp_path)
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    with pytest.raises(UsageError, match=r"scalify-hlo\[ray\]"):
+        check_dump(dump, ray="auto")
