@@ -117,9 +117,30 @@ def test_transposed_operand_folds_into_the_dimension_numbers() -> None:
     np.testing.assert_allclose(evaluate(folded, {x.id: xs, w.id: ws}), xs @ ws.T, rtol=1e-5)
 
 
+def test_dot_decomposer_meets_the_dot_it_came_from_in_plain_equivalence() -> None:
+    """[1, 16, 2, 4] · [2, 4, 32] contracting (2, 3) with (0, 1), and the same as a [16, 8] · [8, 32]
+    matrix product between reshapes (XLA's dot decomposer): one term where no layout is read off the
+    terms (pass pairs); kept apart under a layout derivation (`dots._dot_views`)."""
+    for views in (True, False):
+        terms = Terms(dot_views=views)
+        x, w = terms.param(0, _t(1, 16, 2, 4), "x"), terms.param(1, _t(2, 4, 32), "w")
+        direct = _dot(terms, x, w, ((), (), (2, 3), (0, 1)), _t(1, 16, 32))
+        xm = terms.apply("reshape", (x,), (), _t(16, 8))
+        wm = terms.apply("reshape", (w,), (), _t(8, 32))
+        matrix = terms.apply("reshape", (_dot(terms, xm, wm, ((), (), (1,), (0,)), _t(16, 32)),), (),
+                             _t(1, 16, 32))
+        assert (matrix is direct) == views
+        rng = np.random.default_rng(4)
+        xs, ws = rng.standard_normal((1, 16, 2, 4)), rng.standard_normal((2, 4, 32))
+        np.testing.assert_allclose(evaluate(matrix, {x.id: xs, w.id: ws}), np.einsum("bsij,ijk->bsk", xs, ws),
+                                   rtol=1e-5)
+        # merging a contracted dim on one side only is not the same contraction: no rewrite
+        w8 = terms.param(4, _t(8, 32), "w8")
+        assert _dot(terms, xm, w8, ((), (), (1,), (0,)), _t(16, 32)).args[0] is xm
+
+
 def test_unit_batch_dims_are_free_dims() -> None:
-    """A batch dim of size 1 and the dot without it are one term. (The dot decomposer's matrix product
-    between reshapes is not yet read as the dot it came from: `dots._dot_views`.)"""
+    """A batch dim of size 1 and the dot without it are one term."""
     terms = Terms()
     q, k = terms.param(2, _t(1, 16, 4), "q"), terms.param(3, _t(1, 16, 4), "k")
     batched = _dot(terms, q, k, ((0,), (0,), (2,), (2,)), _t(1, 16, 16))

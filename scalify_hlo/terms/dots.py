@@ -1,17 +1,21 @@
 """Canonical forms of dot products: how XLA's dot passes rewrite a dot and what it was are one term.
 
 `dot` (StableHLO's matrix product) is a `dot_general`; a transposed operand folds into the dimension
-numbers (transpose folding); unit batch dims become free dims (batch-dot-simplification); a slice of a
-free dim moves outside (`slicing.pull_dot`). Exact.
+numbers (transpose folding); unit batch dims become free dims (batch-dot-simplification); in plain
+equivalence (`Terms.dot_views`), reshapes of the operands that merge or split free dims, or merge paired
+contracted dims alike on both sides, move outside the dot (the dot decomposer); a slice of a free dim
+moves outside (`slicing.pull_dot`). Exact.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from scalify_hlo.ir.nodes import DotDims, TensorType
 from scalify_hlo.terms import slicing
+from scalify_hlo.terms.movement import reshape_groups
 from scalify_hlo.terms.term import Term
 
 if TYPE_CHECKING:
@@ -67,9 +71,9 @@ def _fold_operand_transposes(terms: Terms, args: tuple[Term, ...], a: dict[str, 
 def _reshapes_out_of_dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType
                          ) -> Term | None:
     """A batch or contracted pair of unit dims is a pair of free dims, the dot reshaped (what
-    batch-dot-simplification writes). Over each view of the operands (`_dot_views`): a view as reshape(x)
-    would also let a reshape that merges or splits free dims, or merges paired contracted dims alike on both
-    sides, move outside (the dot decomposer's form), and is left out for now."""
+    batch-dot-simplification writes). Over each view of the operands (`_dot_views`), a view as reshape(x)
+    lets a reshape that merges or splits free dims, or merges paired contracted dims alike on both sides,
+    move outside (the dot decomposer's matrix product between reshapes)."""
     dims = a.get("dot_dimension_numbers")
     if not isinstance(dims, DotDims):
         return None
@@ -107,7 +111,36 @@ def _reshapes_out_of_dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any]
 
 
 def _dot_views(terms: Terms, r: Term) -> list[tuple[Term, dict[int, tuple[int, ...]]]]:
-    """The ways to read a dot operand `r`: as itself (r dim -> (r dim)). Reading it as reshape(x)
-    (the dot decomposer's form) is left out for now: with it the derivation of a
-    405B train step under `lax.scan` lost a layout (a reshape's reading chosen by the reference's terms)."""
-    return [(r, {d: (d,) for d in range(r.type.rank)})]
+    """The ways to read a dot operand `r` as reshape(x): (x, r dim -> the x dims it is made of), for the
+    dims made of whole x dims; `r` itself last. Only with `terms.dot_views` (plain equivalence, where no
+    layout is read off the terms): under a layout derivation, the 405B train step under `lax.scan` lost a
+    layout with them (a reshape's reading chosen by the reference's terms)."""
+    views = []
+    for x in _reshaped_from(terms, r) if terms.dot_views else ():
+        groups = reshape_groups(x.type.shape, r.type.shape)
+        if groups is not None:
+            views.append((x, {rs[0]: tuple(xs) for xs, rs in groups if len(rs) == 1}))
+    views.append((r, {d: (d,) for d in range(r.type.rank)}))
+    return views
+
+
+def _reshaped_from(terms: Terms, r: Term) -> Iterator[Term]:
+    """Each `x` with `r = reshape(x)` in view: a reshape's operand, or for a join of reshapes (the normal
+    form of a reshaped join, `movement.reshape_outward`) each join of their operands that reshapes to it
+    (along a unit dim or beside it: both can be)."""
+    if r.op == "reshape":
+        yield r.args[0]
+        return
+    if r.op != "concatenate" or any(p.op != "reshape" for p in r.args):
+        return
+    pieces = tuple(p.args[0] for p in r.args)
+    first = pieces[0].type.shape
+    if any(p.type.rank != len(first) for p in pieces):
+        return
+    for d in reversed(range(len(first))):
+        if any(p.type.shape[:d] + p.type.shape[d + 1:] != first[:d] + first[d + 1:] for p in pieces):
+            continue
+        shape = tuple(sum(p.type.shape[d] for p in pieces) if k == d else n for k, n in enumerate(first))
+        joined = terms.apply("concatenate", pieces, (("dimension", d),), TensorType(shape, r.type.dtype))
+        if terms.apply("reshape", (joined,), (), r.type) is r:  # the canonical form says it is the same value
+            yield joined

@@ -35,9 +35,10 @@ _UNIT = {"add": (0.0, (0, 1)), "subtract": (0.0, (1,)), "multiply": (1.0, (0, 1)
 class Terms:
     """The intern table. `mk` interns exactly; `apply` canonicalises first."""
 
-    def __init__(self, assume: Mapping[str, Interval] | None = None) -> None:
+    def __init__(self, assume: Mapping[str, Interval] | None = None, *, dot_views: bool = False) -> None:
         self._table: dict[tuple[Any, ...], Term] = {}
         self.assume = dict(assume or {})  # input name -> inclusive range its values are promised to lie in
+        self.dot_views = dot_views  # read a dot's reshaped operands through the reshape (`dots._dot_views`)
         self.intervals: dict[int, Interval | None] = {}  # term id -> range (`ranges.interval`'s cache)
         self.notes: set[str] = set()  # what canonical forms assumed (a float sum regrouped): a proof says so
         self._leafless: dict[int, bool] = {}  # term id -> reads no leaf (`leafless`'s cache)
