@@ -16,6 +16,7 @@ jax without those hooks it refuses to start rather than check nothing.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import importlib
@@ -362,9 +363,19 @@ def _uninstall() -> None:
         setattr(pjit, name, original)
 
 
+_RECENT = 64  # jits traced whose run may still be captured (per thread)
+
+
 def _infer_params_hook(fun: Callable[..., Any], info: Any, args: Any, kwargs: Any) -> Any:
     out = _ORIGINALS["_infer_params"](fun, info, args, kwargs)
-    _LOCAL.last = (out[0], info)  # (on return: an inner jit traced meanwhile does not overwrite it)
+    # By the params' identity, the last few: jax may run jits of its own between a user jit's tracing and
+    # its run (moving an uncommitted input to the jit's in_shardings), so "the last one traced" is not it.
+    recent = getattr(_LOCAL, "recent", None)
+    if recent is None:
+        recent = _LOCAL.recent = collections.OrderedDict()
+    recent[id(out[0])] = (out[0], info)
+    while len(recent) > _RECENT:
+        recent.popitem(last=False)
     return out
 
 
@@ -393,6 +404,6 @@ def _capture_call(p: Any, args_flat: Sequence[Any], out_flat: Sequence[Any], fun
         if getattr(fun, "_apply_primitive", False) or (getattr(fun, "__module__", None) or "").split(".")[0] == "jax":
             session.not_checked += 1
             return
-        last = getattr(_LOCAL, "last", None)
-        info = last[1] if last is not None and last[0] is p else None
+        traced = getattr(_LOCAL, "recent", {}).get(id(p))
+        info = traced[1] if traced is not None and traced[0] is p else None
         session._capture(fun, info, args, kwargs, _signature(args_flat))

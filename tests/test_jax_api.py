@@ -161,3 +161,16 @@ def test_special_functions_lowered_to_ffi_kernels(mesh: jax.sharding.Mesh) -> No
     with verifying() as session:  # GSPMD: XLA's partitioned module keeps the calls (or chlo's expansions)
         jax.jit(reference)(jax.device_put(jnp.full((8, 16), 2.5, jnp.float32), NamedSharding(mesh, P("dp", "tp"))))
     assert [r.verdict for r in session.results] == ["equivalent"], session.summary()
+
+
+def test_verifying_captures_a_jit_whose_input_jax_moves_first(mesh: jax.sharding.Mesh) -> None:
+    # An uncommitted one-device input and explicit in_shardings: jax runs a jit of its own to move the input
+    # between tracing the user's jit and running it. The call is still paired with its jit and proven.
+    sharding = NamedSharding(mesh, P("dp", "tp"))
+
+    def scale(a: jax.Array) -> jax.Array:
+        return jnp.sin(a) * 2
+
+    with verifying() as session:
+        jax.jit(scale, in_shardings=sharding, out_shardings=sharding)(jnp.ones((8, 16), jnp.float32))
+    assert [r.verdict for r in session.results] == ["equivalent"], session.summary()
