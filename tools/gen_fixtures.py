@@ -535,6 +535,20 @@ def _megatron_compiled(name: str) -> Built:
                             compiled_text=True)
 
 
+@fixture("megatron_mlp_bf16_compiled", "Megatron MLP in bfloat16 (Shardy) vs compiled.as_text(): XLA CPU computes "
+         "every bf16 op in f32 and rounds back (float normalization), the tp all-reduce promoted to f32")
+def _megatron_bf16_compiled(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = megatron.specs()
+    # Quarters: every partial and total sum is exact in f32, so XLA's result does not depend on the order the
+    # devices add in (the oracle compares with the single-device run to f32 tolerances).
+    args = [(np.round(a * 4) / 4).astype(np.float32) for a in megatron_args(name)]
+    built = partitioned_pair(name, megatron.mlp_bf16, mesh, args, ["x", "w1", "w2"], in_specs, out_spec,
+                             compiled_text=True)
+    assert "convert(" in built.after_text and "bf16" in built.after_text, f"{name}: no bf16 round trips to read"
+    return built
+
+
 def llama_block_args(name: str) -> tuple[list[Any], Any]:
     rng = rng_for("llama_block")
     cfg = llama.TINY

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -117,90 +117,102 @@ def _round_afz(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(x - t) >= 0.5, t + np.copysign(1, x), t)
 
 
+# How an op computed in a wider float and rounded back (XLA's float normalization: `convert_bf16(add_f32(
+# convert_f32(a), convert_f32(b)))` for a bf16 add) compares with the op in its own float type:
+Narrows = Literal["exact", "reals"]
+# the same value: for + - * / sqrt, double rounding through a format of at least 2p + 2 bits is
+# innocuous (f32 for bf16 and f16, f64 for f32), and the others do not round (max, abs, floor, select);
+EXACT: Narrows = "exact"
+# the same over the reals (a transcendental function: its rounding is the library's in either type).
+REALS: Narrows = "reals"
+
+
 @dataclass(frozen=True, slots=True)
 class Elementwise:
     """`fn` maps widened operand arrays to the result (None: the kernel reads attributes, see above);
     `commutative` ops have their operands ordered in terms; `same_shape` is False where the result's
-    shape may differ from the operands' (a bitcast between widths)."""
+    shape may differ from the operands' (a bitcast between widths); `narrows`: a float op's value
+    computed in a wider float and rounded back (`terms.precision`), None for the others."""
 
     fn: Callable[..., Any] | None
     commutative: bool = False
     same_shape: bool = True
+    narrows: Narrows | None = None
 
 
 ELEMENTWISE: dict[str, Elementwise] = {
-    "abs": Elementwise(np.abs),
-    "acos": Elementwise(np.arccos),
-    "acosh": Elementwise(np.arccosh),
-    "add": Elementwise(np.add, commutative=True),
+    "abs": Elementwise(np.abs, narrows=EXACT),
+    "acos": Elementwise(np.arccos, narrows=REALS),
+    "acosh": Elementwise(np.arccosh, narrows=REALS),
+    "add": Elementwise(np.add, commutative=True, narrows=EXACT),
     "and": Elementwise(np.bitwise_and, commutative=True),
-    "asin": Elementwise(np.arcsin),
-    "asinh": Elementwise(np.arcsinh),
-    "atan": Elementwise(np.arctan),
-    "atan2": Elementwise(np.arctan2),
-    "atanh": Elementwise(np.arctanh),
-    "bessel_i1e": Elementwise(functools.partial(_scipy, "i1e")),
+    "asin": Elementwise(np.arcsin, narrows=REALS),
+    "asinh": Elementwise(np.arcsinh, narrows=REALS),
+    "atan": Elementwise(np.arctan, narrows=REALS),
+    "atan2": Elementwise(np.arctan2, narrows=REALS),
+    "atanh": Elementwise(np.arctanh, narrows=REALS),
+    "bessel_i1e": Elementwise(functools.partial(_scipy, "i1e"), narrows=REALS),
     "bitcast_convert": Elementwise(None, same_shape=False),  # a reinterpretation of the bits, width changes change the shape
-    "cbrt": Elementwise(np.cbrt),
-    "ceil": Elementwise(np.ceil),
-    "clamp": Elementwise(lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi)),  # (min, operand, max), XLA order
+    "cbrt": Elementwise(np.cbrt, narrows=REALS),
+    "ceil": Elementwise(np.ceil, narrows=EXACT),
+    "clamp": Elementwise(lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi), narrows=EXACT),  # (min, operand, max), XLA order
     "compare": Elementwise(None),  # direction and compare type are attributes
     "complex": Elementwise(lambda x, y: x + 1j * y),
     "conj": Elementwise(np.conj),
     "convert": Elementwise(None),  # the result type says to what
-    "cosh": Elementwise(np.cosh),
-    "cosine": Elementwise(np.cos),
+    "cosh": Elementwise(np.cosh, narrows=REALS),
+    "cosine": Elementwise(np.cos, narrows=REALS),
     "count_leading_zeros": Elementwise(_clz),
-    "digamma": Elementwise(functools.partial(_scipy, "digamma")),
-    "divide": Elementwise(_divide),
-    "erf": Elementwise(functools.partial(_scipy, "erf")),
-    "erf_inv": Elementwise(functools.partial(_scipy, "erfinv")),
-    "erfc": Elementwise(functools.partial(_scipy, "erfc")),
-    "exp2": Elementwise(np.exp2),  # stablehlo.exp2, jax >= 0.12.1 (mhlo.exp2 from 0.12.0.1)
-    "exponential": Elementwise(np.exp),
-    "exponential_minus_one": Elementwise(np.expm1),
-    "floor": Elementwise(np.floor),
-    "fma": Elementwise(lambda a, b, c: a * b + c),  # one rounding in XLA; in the widened dtype here
+    "digamma": Elementwise(functools.partial(_scipy, "digamma"), narrows=REALS),
+    "divide": Elementwise(_divide, narrows=EXACT),
+    "erf": Elementwise(functools.partial(_scipy, "erf"), narrows=REALS),
+    "erf_inv": Elementwise(functools.partial(_scipy, "erfinv"), narrows=REALS),
+    "erfc": Elementwise(functools.partial(_scipy, "erfc"), narrows=REALS),
+    "exp2": Elementwise(np.exp2, narrows=REALS),  # stablehlo.exp2, jax >= 0.12.1 (mhlo.exp2 from 0.12.0.1)
+    "exponential": Elementwise(np.exp, narrows=REALS),
+    "exponential_minus_one": Elementwise(np.expm1, narrows=REALS),
+    "floor": Elementwise(np.floor, narrows=EXACT),
+    "fma": Elementwise(lambda a, b, c: a * b + c, narrows=REALS),  # one rounding in XLA; in the widened dtype here
     "imag": Elementwise(np.imag),
     "is_finite": Elementwise(np.isfinite),
     "is_inf": Elementwise(np.isinf),
     "is_neg_inf": Elementwise(lambda x: np.isneginf(x)),
     "is_pos_inf": Elementwise(lambda x: np.isposinf(x)),
-    "lgamma": Elementwise(functools.partial(_scipy, "gammaln")),
-    "log": Elementwise(np.log),
-    "log2": Elementwise(np.log2),  # stablehlo.log2, jax >= 0.12.1 (mhlo.log2 from 0.12.0.1)
-    "log_plus_one": Elementwise(np.log1p),
-    "logistic": Elementwise(lambda x: 1 / (1 + np.exp(-x))),
-    "maximum": Elementwise(np.maximum, commutative=True),
-    "minimum": Elementwise(np.minimum, commutative=True),
-    "multiply": Elementwise(np.multiply, commutative=True),
-    "negate": Elementwise(np.negative),
+    "lgamma": Elementwise(functools.partial(_scipy, "gammaln"), narrows=REALS),
+    "log": Elementwise(np.log, narrows=REALS),
+    "log2": Elementwise(np.log2, narrows=REALS),  # stablehlo.log2, jax >= 0.12.1 (mhlo.log2 from 0.12.0.1)
+    "log_plus_one": Elementwise(np.log1p, narrows=REALS),
+    "logistic": Elementwise(lambda x: 1 / (1 + np.exp(-x)), narrows=REALS),
+    "maximum": Elementwise(np.maximum, commutative=True, narrows=EXACT),
+    "minimum": Elementwise(np.minimum, commutative=True, narrows=EXACT),
+    "multiply": Elementwise(np.multiply, commutative=True, narrows=EXACT),
+    "negate": Elementwise(np.negative, narrows=EXACT),
     "next_after": Elementwise(np.nextafter),
     "not": Elementwise(np.invert),
     "or": Elementwise(np.bitwise_or, commutative=True),
-    "polygamma": Elementwise(functools.partial(_scipy, "polygamma")),
+    "polygamma": Elementwise(functools.partial(_scipy, "polygamma"), narrows=REALS),
     "popcnt": Elementwise(_popcnt),
-    "power": Elementwise(_power),
+    "power": Elementwise(_power, narrows=REALS),
     "real": Elementwise(np.real),
     "reduce_precision": Elementwise(None),  # mantissa and exponent bits are attributes
-    "remainder": Elementwise(_remainder),
-    "round_nearest_afz": Elementwise(_round_afz),
-    "round_nearest_even": Elementwise(np.rint),
-    "rsqrt": Elementwise(lambda x: 1 / np.sqrt(x)),
-    "select": Elementwise(np.where),
+    "remainder": Elementwise(_remainder, narrows=EXACT),
+    "round_nearest_afz": Elementwise(_round_afz, narrows=EXACT),
+    "round_nearest_even": Elementwise(np.rint, narrows=EXACT),
+    "rsqrt": Elementwise(lambda x: 1 / np.sqrt(x), narrows=REALS),
+    "select": Elementwise(np.where, narrows=EXACT),
     "shift_left": Elementwise(functools.partial(_shift, "left")),
     "shift_right_arithmetic": Elementwise(functools.partial(_shift, "arithmetic")),
     "shift_right_logical": Elementwise(functools.partial(_shift, "logical")),
-    "sign": Elementwise(_sign),
-    "sine": Elementwise(np.sin),
-    "sinh": Elementwise(np.sinh),
-    "sqrt": Elementwise(np.sqrt),
-    "square": Elementwise(np.square),
-    "subtract": Elementwise(np.subtract),
-    "tan": Elementwise(np.tan),
-    "tanh": Elementwise(np.tanh),
+    "sign": Elementwise(_sign, narrows=EXACT),
+    "sine": Elementwise(np.sin, narrows=REALS),
+    "sinh": Elementwise(np.sinh, narrows=REALS),
+    "sqrt": Elementwise(np.sqrt, narrows=EXACT),
+    "square": Elementwise(np.square, narrows=EXACT),
+    "subtract": Elementwise(np.subtract, narrows=EXACT),
+    "tan": Elementwise(np.tan, narrows=REALS),
+    "tanh": Elementwise(np.tanh, narrows=REALS),
     "xor": Elementwise(np.bitwise_xor, commutative=True),
-    "zeta": Elementwise(functools.partial(_scipy, "zeta")),
+    "zeta": Elementwise(functools.partial(_scipy, "zeta"), narrows=REALS),
 }
 
 # JAX's FFI kernels of elementwise ops (jax >= 0.12.1 lowers lgamma and digamma to these on CPU, CUDA and
@@ -211,3 +223,4 @@ ELEMENTWISE_CUSTOM_CALLS: dict[str, str] = {
 COMMUTATIVE = frozenset(name for name, e in ELEMENTWISE.items() if e.commutative)
 # The elementwise ops whose result has their operands' shape: data movement commutes with these.
 SHAPE_PRESERVING = frozenset(name for name, e in ELEMENTWISE.items() if e.same_shape)
+NARROWS: dict[str, Narrows] = {name: e.narrows for name, e in ELEMENTWISE.items() if e.narrows is not None}

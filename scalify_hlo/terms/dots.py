@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from scalify_hlo.ir.nodes import DotDims, TensorType
-from scalify_hlo.terms import slicing
+from scalify_hlo.terms import precision, slicing
 from scalify_hlo.terms.movement import reshape_groups
 from scalify_hlo.terms.term import Term
 
@@ -29,7 +29,8 @@ def dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorTyp
 
 
 def dot_general(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
-    return (_fold_operand_transposes(terms, args, a, type) or _reshapes_out_of_dot(terms, args, a, type)
+    return (precision.unwidened(terms, "dot_general", args, tuple(a.items()), type)
+            or _fold_operand_transposes(terms, args, a, type) or _reshapes_out_of_dot(terms, args, a, type)
             or slicing.pull_dot(terms, args, a, type))
 
 

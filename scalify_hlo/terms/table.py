@@ -20,7 +20,7 @@ from scalify_hlo.ir.dtypes import LOW_FLOATS, numpy_dtype
 from scalify_hlo.ir.nodes import ConvDims, DotDims, Literal, TensorType
 from scalify_hlo.ops.elementwise import COMMUTATIVE, SHAPE_PRESERVING
 from scalify_hlo.ops.reducers import Reducer, is_identity
-from scalify_hlo.terms import arith, dots, ranges, slicing, topk
+from scalify_hlo.terms import arith, dots, precision, ranges, slicing, topk
 from scalify_hlo.terms.movement import normalize, reshape_groups, reshape_outward
 from scalify_hlo.terms.ranges import Interval
 from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
@@ -228,6 +228,8 @@ def _convert(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
     (x,) = args
     if x.type.dtype == type.dtype:
         return x
+    if x.op == "convert" and x.args[0].type.dtype == type.dtype and precision.widens(type.dtype, x.type.dtype):
+        return x.args[0]  # widened and rounded back: itself
     # A splat converted to a dtype that holds its value exactly is that splat (`jnp.pad(x, 1)` pads with the
     # int 0 converted, a partitioner with 0.0): exact, dtype-checked folding.
     v = scalar_value(x)
@@ -235,7 +237,7 @@ def _convert(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
     to_int = type.dtype[:1] in ("i", "u") and type.dtype != "i1"
     if v is not None and v == v and (to_float or (to_int and float(v).is_integer())) and arith.is_exact(v, type.dtype):
         return terms.splat(v, type)
-    return None
+    return precision.narrowed(terms, x, type)
 
 
 def _broadcast(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -349,6 +351,9 @@ def _compare(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
     default = "FLOAT" if dtype.startswith(("f", "bf")) else "UNSIGNED" if dtype.startswith(("ui", "i1")) else "SIGNED"
     if kind is not None and kind != default:
         return None
+    unwidened = precision.unwidened(terms, "compare", args, tuple(a.items()), type)
+    if unwidened is not None:
+        return unwidened
     decided = ranges.fold_compare(terms, args, a["comparison_direction"], type)
     if decided is not None:
         return decided
@@ -477,6 +482,7 @@ _CANON = {
     "dot_general": dots.dot_general,
     "fma": _fma,
     "gather": _gather,
+    "is_finite": lambda terms, args, a, type: precision.unwidened(terms, "is_finite", args, tuple(a.items()), type),
     "multiply": arith.multiply,
     "negate": _negate,
     "optimization_barrier": _identity,

@@ -76,3 +76,9 @@ VARIANTS: dict[str, Callable[..., jax.Array]] = {
 def shard_map_mlp(mesh: jax.sharding.Mesh, variant: str = "correct") -> Callable[..., jax.Array]:
     in_specs, out_spec = specs()
     return jax.shard_map(VARIANTS[variant], mesh=mesh, in_specs=in_specs, out_specs=out_spec, check_vma=False)
+
+
+def mlp_bf16(x: jax.Array, w1: jax.Array, w2: jax.Array) -> jax.Array:
+    """The MLP computed in bfloat16 from float32 inputs (the result widened to float32)."""
+    bf16 = jax.numpy.bfloat16
+    return mlp(x.astype(bf16), w1.astype(bf16), w2.astype(bf16)).astype(jax.numpy.float32)
