@@ -271,6 +271,74 @@ def join(layouts: list[Layout]) -> Layout | None:
         return None  # the operands use one axis on different dims: their shards do not line up
 
 
+def _axis_major(shape: Sequence[int], layout: Layout, mesh: Mesh) -> tuple[list[int], dict[str, int], list[int]] | None:
+    """`shape`, held under `layout`, with each split dim cut into (its axes' sizes, its local size) and the
+    units left out; where each axis and each local dim sits there. None where a split is uneven."""
+    local = layout.local_shape(shape, mesh)
+    sizes: list[int] = []
+    axis_dim: dict[str, int] = {}
+    local_dims: list[int] = []
+    for n, axes, ln in zip(shape, layout.dims, local, strict=True):
+        if ln * mesh.size_of(axes) != n:
+            return None
+        for a in axes:
+            if mesh.size_of((a,)) > 1:
+                axis_dim[a] = len(sizes)
+                sizes.append(mesh.size_of((a,)))
+        if ln != 1:
+            local_dims.append(len(sizes))
+            sizes.append(ln)
+    return sizes, axis_dim, local_dims
+
+
+def as_layout(h: Holds, layout: Layout, shape: Sequence[int], mesh: Mesh, terms: Terms) -> Term | None:
+    """`h`'s value as the global tensor of `shape` held under `layout`, where every device holds the same
+    numbers in the same order under both (XLA bitcasts away a unit dim that a split dim left on each
+    device: `[1, s] -> [s]`, a row of the batch, then read as a block of the flattened `[b * s]`). Both go
+    through the tensor of (the axes, one per dim, in mesh order; then the local dims but the units), `h`
+    broadcast along the axes it does not use. None where the local shapes differ, a split is uneven, a
+    value is partial, or `h` uses an axis `layout` does not."""
+    if h.layout.partial or layout.partial:
+        return None
+    have, want = _axis_major(h.term.type.shape, h.layout, mesh), _axis_major(shape, layout, mesh)
+    if have is None or want is None:
+        return None
+    sizes, axis_dim, local_dims = have
+    wsizes, waxes, wlocal = want
+    if not set(axis_dim) <= set(waxes) or [sizes[i] for i in local_dims] != [wsizes[i] for i in wlocal]:
+        return None
+    used = sorted(waxes, key=mesh.axis_index)
+    common = (*(wsizes[waxes[a]] for a in used), *(wsizes[i] for i in wlocal))
+    wperm = (*(waxes[a] for a in used), *wlocal)
+    dtype = h.term.type.dtype
+    t = terms.apply("reshape", (h.term,), (), TensorType(tuple(sizes), dtype))
+    mine = [a for a in used if a in axis_dim]
+    perm = (*(axis_dim[a] for a in mine), *local_dims)
+    t = terms.apply("transpose", (t,), (("permutation", perm),), TensorType(tuple(sizes[i] for i in perm), dtype))
+    if len(mine) < len(used):  # replicated over the others: the same value along them
+        dims = (*(i for i, a in enumerate(used) if a in axis_dim), *range(len(used), len(common)))
+        t = terms.apply("broadcast_in_dim", (t,), (("broadcast_dimensions", dims),), TensorType(common, dtype))
+    back = tuple(wperm.index(i) for i in range(len(wperm)))
+    t = terms.apply("transpose", (t,), (("permutation", back),), TensorType(tuple(wsizes), dtype))
+    return terms.apply("reshape", (t,), (), TensorType(tuple(shape), dtype))
+
+
+def realigned(hs: Sequence[Holds], mesh: Mesh, terms: Terms) -> tuple[tuple[Term, ...], Layout] | None:
+    """Operands of an elementwise op whose layouts split different dims, all as global tensors under the
+    layout of one that uses every axis (`as_layout`); None where that cannot be."""
+    used = {a for h in hs for a in h.layout.split_axes()}
+    like = next((h for h in hs if h.layout.split_axes() == used), None)
+    if like is None:
+        return None
+    out: list[Term] = []
+    for h in hs:
+        t = h.term if h is like else as_layout(h, like.layout, like.term.type.shape, mesh, terms)
+        if t is None:
+            return None
+        out.append(t)
+    return tuple(out), like.layout
+
+
 def lift_as(ctx: Ctx, f: Varying, layout: Layout) -> Holds | None:
     """`f` as the shard under `layout` of a constant tensor, if it is one. (A device-varying value may be
     the shard of several tensors: `ctx.lift` takes the first layout that fits, this one the layout the

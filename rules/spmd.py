@@ -21,6 +21,7 @@ from scalify_hlo.rules.facts import (
     Varying,
     join,
     lift_as,
+    realigned,
     upstream,
     view,
 )
@@ -136,7 +137,13 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
             return (perblock.reread(ctx, op, tuple(hs), failure),)
     dims = join([Layout(h.layout.dims) for h in hs])
     if dims is None:
-        return (_misaligned(ctx, op, hs),)
+        # (Numbers per device lifted to a tensor took the first layout that fit: no realignment of those.)
+        again = None if any(isinstance(f, Varying) for f in facts) else realigned(hs, ctx.mesh, ctx.terms)
+        if again is None:
+            return (_misaligned(ctx, op, hs),)
+        args, layout = again
+        result = ctx.terms.apply(op.opcode, args, term_attrs(op), TensorType(args[0].type.shape, out_t.dtype))
+        return (Holds(result, layout),)
     try:
         target = Layout(dims.dims, partial)
     except ShardingError:

@@ -159,3 +159,17 @@ def test_rounding_that_is_not_undone_stays() -> None:
     h = TensorType((4,), "f16")
     via = terms.apply("add", (terms.apply("convert", (x,), (), h), terms.apply("convert", (x,), (), h)), (), h)
     assert terms.apply("convert", (via,), (), n).op == "convert"
+
+
+def test_data_movement_computed_wider_is_the_narrow_movement() -> None:
+    """XLA's bf16 normalization widens broadcasts, reshapes and transposes too; they round nothing."""
+    terms = Terms()
+    x = terms.param(0, TensorType((2, 3), "bf16"), "x")
+    cases = [("broadcast_in_dim", (("broadcast_dimensions", (0, 2)),), (2, 4, 3)),
+             ("reshape", (), (3, 2)), ("transpose", (("permutation", (1, 0)),), (3, 2)),
+             ("slice", (("start_indices", (0, 1)), ("limit_indices", (2, 3)), ("strides", (1, 1))), (2, 2))]
+    for op, attrs, shape in cases:
+        wide = terms.apply(op, (terms.apply("convert", (x,), (), TensorType((2, 3), "f32")),), attrs,
+                           TensorType(shape, "f32"))
+        narrow = terms.apply("convert", (wide,), (), TensorType(shape, "bf16"))
+        assert narrow is terms.apply(op, (x,), attrs, TensorType(shape, "bf16")), op

@@ -549,6 +549,27 @@ def _megatron_bf16_compiled(name: str) -> Built:
     return built
 
 
+def _rms_norm_batch_compiled(specs: tuple[P, P]) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("fsdp", "tp"))
+        rng = rng_for(name)
+        x = rng.standard_normal((2, 16, 32)).astype(np.float32)
+        scale = (1 + 0.1 * rng.standard_normal(32)).astype(np.float32)
+        built = partitioned_pair(name, functools.partial(llama.rms_norm, eps=1e-6), mesh, [x, scale], ["x", "scale"],
+                                 list(specs), specs[0], compiled_text=True)
+        assert re.search(r"f32\[16\]\{0\} bitcast\(", built.after_text), f"{name}: XLA no longer bitcasts the row statistic"
+        return built
+
+    return fn
+
+
+fixture("rmsnorm_batch_fsdp_compiled", "Llama's RMSNorm over a batch split on fsdp (one row per device) vs "
+        "compiled.as_text(): XLA bitcasts the per-row statistic [1, s] to [s], read as a block of the "
+        "flattened [b * s], and multiplies it into the rows")(_rms_norm_batch_compiled((P("fsdp"), P())))
+fixture("rmsnorm_batch_fsdp_tp_compiled", "the same with the hidden dim split on tp as well (x and scale): the "
+        "statistic meets rows split over two axes")(_rms_norm_batch_compiled((P("fsdp", None, "tp"), P("tp"))))
+
+
 def llama_block_args(name: str) -> tuple[list[Any], Any]:
     rng = rng_for("llama_block")
     cfg = llama.TINY

@@ -35,6 +35,10 @@ _WIDER: dict[str, frozenset[str]] = {
 }
 _MOVES = frozenset({"broadcast_in_dim", "reshape", "transpose"})  # read through to the narrowed operand
 _REDUCERS = frozenset({Reducer.SUM.value, Reducer.MAX.value, Reducer.MIN.value})
+# Data movement rounds nothing: XLA's bf16 normalization also widens these (`convert_bf16(broadcast_f32(
+# convert_f32(x)))`), and narrowed they are the movement in the narrow type, exactly.
+_MOVEMENT = frozenset({"broadcast_in_dim", "concatenate", "copy", "dynamic_slice", "dynamic_update_slice", "gather",
+                       "pad", "reshape", "reverse", "slice", "transpose"})
 _NOTE = ("the proof read an op computed in a wider float and rounded back as the op in the narrower float "
          "(XLA's float normalization; equal over the reals, a sum or dot may round differently)")
 
@@ -50,15 +54,15 @@ def narrowed(terms: Terms, x: Term, type: TensorType) -> Term | None:
     narrow, wide = type.dtype, x.type.dtype
     if not widens(narrow, wide) or not x.args:
         return None
-    how = NARROWS.get(x.op)
+    how = EXACT if x.op in _MOVEMENT else NARROWS.get(x.op)
     if how is None:
         how = _accumulating(x)
         if how is None:
             return None
     args: list[Term] = []
     for a in x.args:
-        if a.type.dtype != wide:  # a select's predicate, a mixed dot's already narrow operand
-            if a.type.dtype != narrow and not (x.op == "select" and a.type.dtype == "i1"):
+        if a.type.dtype != wide:  # a select's predicate, an index, a mixed dot's already narrow operand
+            if a.type.dtype != narrow and _is_float(a.type.dtype):
                 return None
             args.append(a)
             continue
@@ -69,6 +73,10 @@ def narrowed(terms: Terms, x: Term, type: TensorType) -> Term | None:
     if how != EXACT:
         terms.notes.add(_NOTE)
     return terms.apply(x.op, tuple(args), x.attrs, TensorType(x.type.shape, narrow))
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("f", "bf"))
 
 
 def _accumulating(x: Term) -> Narrows | None:

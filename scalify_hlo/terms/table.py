@@ -183,7 +183,20 @@ class Terms:
 
 
 def _transpose(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
-    return normalize(terms, "transpose", args[0], a, type)
+    (x,) = args
+    if scalar_value(x) is not None:
+        return resplat(terms, x, type.shape)  # a transposed splat is a splat
+    if x.op == "broadcast_in_dim":
+        # A transposed broadcast is a broadcast (of the operand transposed where its dims change order).
+        perm = tuple(a["permutation"])
+        at = [perm.index(d) for d in x.attr("broadcast_dimensions")]
+        order = sorted(range(len(at)), key=at.__getitem__)
+        y = x.args[0]
+        if order != list(range(len(at))):
+            y = terms.apply("transpose", (y,), (("permutation", tuple(order)),),
+                            TensorType(tuple(y.type.shape[i] for i in order), y.type.dtype))
+        return terms.apply("broadcast_in_dim", (y,), (("broadcast_dimensions", tuple(sorted(at))),), type)
+    return normalize(terms, "transpose", x, a, type)
 
 
 def _reshape(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -201,7 +214,34 @@ def _reshape(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
             inner = terms.apply("broadcast_in_dim", x.args, (("broadcast_dimensions", tuple(keep.index(d) for d in dims)),),
                                 TensorType(tuple(x.type.shape[i] for i in keep), x.type.dtype))
             return terms.apply("reshape", (inner,), (), type)
+    if x.op == "broadcast_in_dim":
+        through = _reshape_through_broadcast(terms, x, type)
+        if through is not None:
+            return through
     return reshape_outward(terms, x, type) or normalize(terms, "reshape", x, a, type)
+
+
+def _reshape_through_broadcast(terms: Terms, x: Term, type: TensorType) -> Term | None:
+    """reshape(broadcast(y)) where every run of dims the reshape maps onto each other is all y's or all
+    new ones: the broadcast of y reshaped (a row statistic flattened and broadcast, then bitcast back to
+    rows, as XLA writes it, is the statistic broadcast along the rows)."""
+    (y,) = x.args
+    dims = tuple(x.attr("broadcast_dimensions"))
+    groups = reshape_groups(x.type.shape, type.shape)
+    if groups is None or list(dims) != sorted(dims) or any(
+            y.type.shape[i] != x.type.shape[d] for i, d in enumerate(dims)):
+        return None
+    shape: list[int] = []
+    new_dims: list[int] = []
+    for src, dst in groups:
+        kinds = {d in dims for d in src}
+        if len(kinds) != 1:
+            return None
+        if kinds.pop():
+            shape += [type.shape[j] for j in dst]
+            new_dims += dst
+    inner = terms.apply("reshape", (y,), (), TensorType(tuple(shape), y.type.dtype))
+    return terms.apply("broadcast_in_dim", (inner,), (("broadcast_dimensions", tuple(new_dims)),), type)
 
 
 def _select(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:

@@ -1,0 +1,78 @@
+"""Normal forms of a broadcast moved again (`terms/table.py`): a transposed broadcast is a broadcast, and a
+reshape of a broadcast whose runs of dims are all the operand's or all new is the operand reshaped and
+broadcast. Each form keeps the value (evaluated before and after canonicalisation), and the forms meet the
+spelling XLA's compiled text gives a row statistic (`[b, s] -> [b * s]`, broadcast, bitcast back to rows)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from scalify_hlo.ir.nodes import TensorType
+from scalify_hlo.terms.evaluate import evaluate
+from scalify_hlo.terms.table import Terms
+from scalify_hlo.terms.term import Term
+
+F32 = "f32"
+
+
+def _bcast(terms: Terms, make: Any, y: Term, dims: tuple[int, ...], shape: tuple[int, ...]) -> Term:
+    return make("broadcast_in_dim", (y,), (("broadcast_dimensions", dims),), TensorType(shape, F32))
+
+
+def _same_value(terms: Terms, canon: Term, plain: Term, y: Term) -> None:
+    env = {y.id: np.random.default_rng(0).standard_normal(y.type.shape).astype(np.float32)}
+    np.testing.assert_array_equal(evaluate(canon, env), evaluate(plain, env))
+
+
+@pytest.mark.parametrize(("dims", "shape", "perm"), [
+    ((0, 2), (2, 4, 3), (0, 2, 1)),  # the operand's dims keep their order
+    ((0, 2), (2, 4, 3), (2, 1, 0)),  # they swap: the operand is transposed first
+    ((1,), (4, 3, 5), (2, 0, 1)),
+])
+def test_a_transposed_broadcast_is_a_broadcast(dims: tuple[int, ...], shape: tuple[int, ...],
+                                               perm: tuple[int, ...]) -> None:
+    terms = Terms()
+    y = terms.param(0, TensorType(tuple(shape[d] for d in dims), F32), "y")
+    out = TensorType(tuple(shape[p] for p in perm), F32)
+    attrs = (("permutation", perm),)
+    canon = terms.apply("transpose", (_bcast(terms, terms.apply, y, dims, shape),), attrs, out)
+    plain = terms.mk("transpose", (_bcast(terms, terms.mk, y, dims, shape),), attrs, out)
+    assert canon.op == "broadcast_in_dim", canon
+    _same_value(terms, canon, plain, y)
+
+
+@pytest.mark.parametrize(("y_shape", "dims", "shape", "out"), [
+    ((2, 16), (0, 1), (2, 16, 4, 8), (2, 16, 32)),  # only new dims merged
+    ((32,), (0,), (32, 32), (2, 16, 32)),  # the operand's dim split: [b * s] back to [b, s]
+    ((6,), (1,), (4, 6), (4, 2, 3)),
+])
+def test_a_reshaped_broadcast_is_a_broadcast_of_the_operand_reshaped(
+        y_shape: tuple[int, ...], dims: tuple[int, ...], shape: tuple[int, ...], out: tuple[int, ...]) -> None:
+    terms = Terms()
+    y = terms.param(0, TensorType(y_shape, F32), "y")
+    canon = terms.apply("reshape", (_bcast(terms, terms.apply, y, dims, shape),), (), TensorType(out, F32))
+    plain = terms.mk("reshape", (_bcast(terms, terms.mk, y, dims, shape),), (), TensorType(out, F32))
+    assert canon.op == "broadcast_in_dim", canon
+    _same_value(terms, canon, plain, y)
+
+
+def test_a_reshape_mixing_operand_and_new_dims_stays() -> None:
+    terms = Terms()
+    y = terms.param(0, TensorType((4,), F32), "y")
+    b = terms.apply("broadcast_in_dim", (y,), (("broadcast_dimensions", (0,)),), TensorType((4, 3), F32))
+    assert terms.apply("reshape", (b,), (), TensorType((12,), F32)).op == "reshape"
+
+
+def test_the_flattened_row_statistic_meets_the_reference_broadcast() -> None:
+    """What `rmsnorm_batch_fsdp_compiled` needs: XLA's `[2, 16] -> [32]`, broadcast along the hidden dim and
+    read back as rows, is the reference's statistic broadcast along the hidden dim."""
+    terms = Terms()
+    r = terms.param(0, TensorType((2, 16), F32), "r")
+    flat = terms.apply("reshape", (r,), (), TensorType((32,), F32))
+    wide = terms.apply("broadcast_in_dim", (flat,), (("broadcast_dimensions", (0,)),), TensorType((32, 32), F32))
+    rows = terms.apply("reshape", (wide,), (), TensorType((2, 16, 32), F32))
+    assert rows is terms.apply("broadcast_in_dim", (r,), (("broadcast_dimensions", (0, 1)),),
+                               TensorType((2, 16, 32), F32))
