@@ -51,7 +51,8 @@ def as_module(source: Source, name: str) -> Module:
 
 def verify(before: Source, after: Source, *, numeric: bool = False, seed: int = 0, iterations: int = 12,
            nodes: int = 50_000, timeout: float = 5.0, assume: Mapping[str, tuple[int, int]] | None = None,
-           progress: Callable[[str, int, int], None] | None = None, time_limit: float | None = 600.0) -> Report:
+           progress: Callable[[str, int, int], None] | None = None, time_limit: float | None = 600.0,
+           excess_precision: bool = False) -> Report:
     """Prove `after` (the distributed program) equivalent to `before` (its single-device reference).
 
     `assume={"ids": (0, vocab)}` states that an integer input lies in a half-open range (what `table[ids]`
@@ -61,13 +62,15 @@ def verify(before: Source, after: Source, *, numeric: bool = False, seed: int = 
     not model (`UnsupportedError`) is an `unknown` report, as on the command line. A path of "-" reads
     standard input, for one of the two programs at most. `timeout` bounds each e-graph question,
     `time_limit` the whole proof (seconds; None: unbounded): past it the values not yet read are left
-    unread and the verdict is `unknown`, naming the first."""
+    unread and the verdict is `unknown`, naming the first. `excess_precision`: a rounding to a low-precision
+    float that one program skips is not a difference (`Options.excess_precision`)."""
     if _is_stdin(before) and _is_stdin(after):
         raise UsageError(None, "both before and after are '-'; standard input can be one of them, expected "
                          "a file or text for the other")
     bm, am = as_module(before, "<before>"), as_module(after, "<after>")
     opts = Options(budget=Budget(iterations=iterations, nodes=nodes, seconds=timeout), seed=seed,
-                   assume=dict(assume or {}), progress=progress, time_limit=time_limit)
+                   assume=dict(assume or {}), progress=progress, time_limit=time_limit,
+                   excess_precision=excess_precision)
     try:
         report = prove(bm, am, opts)
     except UnsupportedError as err:

@@ -168,6 +168,10 @@ def diff(
     assume: Annotated[list[str] | None, typer.Option(
         help="NAME=LO:HI: integer input NAME lies in [LO, HI) (token ids: JAX's table[ids] promises it); "
              "repeatable. The verdict then holds for such inputs only")] = None,
+    excess_precision: Annotated[bool, typer.Option(
+        "--excess-precision/--exact-precision",
+        help="a rounding to bf16/f16 that one program skips is no difference (XLA's compiled code drops them: "
+             "xla_allow_excess_precision)")] = False,
 ) -> None:
     """Prove AFTER equivalent to BEFORE, or name the op and source line where they differ ('-': stdin)."""
     import scalify_hlo.parsers as parsers
@@ -190,7 +194,8 @@ def diff(
     bar = _Progress(enabled=not quiet and json_out is None)
     try:
         report = verify(sources[0], sources[1], numeric=numeric, seed=seed, iterations=iterations, nodes=nodes,
-                        timeout=timeout, assume=promised, progress=bar.update, time_limit=time_limit)
+                        timeout=timeout, assume=promised, progress=bar.update, time_limit=time_limit,
+                        excess_precision=excess_precision)
     finally:
         bar.close()
     if json_out is not None:
@@ -254,17 +259,23 @@ def passes(
     ray: Annotated[str | None, typer.Option("--ray", help="check the pairs as tasks of a Ray cluster: 'auto' (the "
                                             "cluster `ray start` runs), an address, or 'local' (start one here); "
                                             "needs pip install 'scalify-hlo[ray]'")] = None,
+    excess_precision: Annotated[bool, typer.Option(
+        "--excess-precision/--exact-precision",
+        help="a rounding to bf16/f16 that a pass drops is no difference (on by default: XLA's passes run with "
+             "xla_allow_excess_precision)")] = True,
 ) -> None:
     """Verify each consecutive pass pair of an XLA dump; name the first pass that breaks meaning."""
     import json
 
     from scalify_hlo.ir.errors import ParseError
     from scalify_hlo.passes import check_dump, render
+    from scalify_hlo.prove.options import Options
 
     if not dump.is_dir():
         raise ParseError(Span(str(dump)), "not a directory; expected an XLA dump directory")
     _check_output("--json", json_out)
-    results = check_dump(dump, stop_at_first=stop, jobs=jobs or os.cpu_count() or 1, ray=ray)
+    results = check_dump(dump, stop_at_first=stop, jobs=jobs or os.cpu_count() or 1, ray=ray,
+                         options=Options(excess_precision=excess_precision))
     if not results:
         raise ParseError(Span(str(dump)), "no per-pass module dumps (module_*.after_*.txt) in this directory; "
                          "expected a dump made with --xla_dump_hlo_pass_re=.*")

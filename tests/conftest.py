@@ -68,6 +68,11 @@ class Fixture:
         return {k: (lo, hi) for k, (lo, hi) in self.expected.get("assume", {}).items()}
 
     @property
+    def excess_precision(self) -> bool:
+        """Verified with `--excess-precision` (XLA's compiled bf16 code drops roundings)."""
+        return bool(self.expected.get("excess_precision", False))
+
+    @property
     def bug_site(self) -> str | None:
         bug = self.expected.get("bug")
         return f"{bug['file']}:{bug['line']}" if bug else None
@@ -124,14 +129,15 @@ def fixture_params(fxs: list[Fixture], slow: Set[str] = frozenset()) -> list[obj
 
 def proof_of(fx: Fixture) -> Report:
     """The report of one fixture pair under its assumptions, proven once per test process."""
-    return _proof(fx.before, fx.after, tuple(sorted(fx.assume.items())))
+    return _proof(fx.before, fx.after, tuple(sorted(fx.assume.items())), fx.excess_precision)
 
 
 @functools.cache
-def _proof(before: Path, after: Path, assume: tuple[tuple[str, tuple[int, int]], ...]) -> Report:
+def _proof(before: Path, after: Path, assume: tuple[tuple[str, tuple[int, int]], ...],
+           excess_precision: bool = False) -> Report:
     from scalify_hlo.prove.engine import Options, prove
 
-    return prove(before, after, Options(assume=dict(assume)))
+    return prove(before, after, Options(assume=dict(assume), excess_precision=excess_precision))
 
 
 def _hypothesis_profile() -> None:

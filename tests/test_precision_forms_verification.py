@@ -173,3 +173,56 @@ def test_data_movement_computed_wider_is_the_narrow_movement() -> None:
                            TensorType(shape, "f32"))
         narrow = terms.apply("convert", (wide,), (), TensorType(shape, "bf16"))
         assert narrow is terms.apply(op, (x,), attrs, TensorType(shape, "bf16")), op
+
+
+# ------------------------------------------------------------------------------------------ excess precision
+
+
+def test_with_excess_precision_a_dropped_rounding_is_no_difference() -> None:
+    """XLA computes `convert_f32(mul_bf16(x, x))` as `mul_f32(x, x)` (xla_allow_excess_precision): the same
+    under `excess_precision`, two values without it (the rounding to bf16 is real)."""
+    for excess in (True, False):
+        terms = Terms(excess_precision=excess)
+        x = terms.param(0, TensorType((4,), "bf16"), "x")
+        n, w = TensorType((4,), "bf16"), TensorType((4,), "f32")
+        rounded = terms.apply("convert", (terms.apply("multiply", (x, x), (), n),), (), w)
+        wx = terms.apply("convert", (x,), (), w)
+        unrounded = terms.apply("multiply", (wx, wx), (), w)
+        assert (rounded is unrounded) == excess
+        # either way, an op computed in f32 and rounded back is the bf16 op
+        assert terms.apply("convert", (unrounded,), (), n) is terms.apply("multiply", (x, x), (), n)
+
+
+def test_excess_precision_keeps_values_over_the_reals() -> None:
+    terms = Terms(excess_precision=True)
+    t = TensorType(SHAPE, "bf16")
+    x, y = terms.param(0, t, "x"), terms.param(1, t, "y")
+    env = {x.id: _values("bf16", 1), y.id: _values("bf16", 2)}
+    w = TensorType(SHAPE, "f32")
+    canon = terms.apply("convert", (terms.apply("tanh", (terms.apply("add", (x, y), (), t),), (), t),), (), w)
+    plain = terms.mk("convert", (terms.mk("tanh", (terms.mk("add", (x, y), (), t),), (), t),), (), w)
+    assert canon is not plain and canon.op == "tanh"  # computed in f32 throughout
+    with np.errstate(all="ignore"):
+        assert _same(evaluate(canon, env), evaluate(plain, env), exact=False)
+
+
+def test_the_compiled_bf16_rmsnorm_needs_excess_precision() -> None:
+    """The fixture verified with --excess-precision is not proven without it: the flag is what proves it."""
+    from pathlib import Path
+
+    from scalify_hlo.prove.engine import Options, prove
+
+    d = Path(__file__).parent / "fixtures" / "rmsnorm_bf16_excess_precision_compiled"
+    assert prove(d / "before.mlir", d / "after.hlo", Options(excess_precision=True)).name == "equivalent"
+    assert prove(d / "before.mlir", d / "after.hlo", Options()).name == "unknown"
+
+
+def test_diff_takes_excess_precision_as_a_flag() -> None:
+    from pathlib import Path
+
+    from conftest import run_cli
+
+    d = Path(__file__).parent / "fixtures" / "rmsnorm_bf16_excess_precision_compiled"
+    assert run_cli("diff", d / "before.mlir", d / "after.hlo", "-q").returncode == 2  # unknown: exact by default
+    run = run_cli("diff", d / "before.mlir", d / "after.hlo", "--excess-precision")
+    assert run.returncode == 0 and "excess-precision" in run.stdout, run.stdout

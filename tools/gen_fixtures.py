@@ -430,6 +430,8 @@ class Built:
     bug: dict[str, Any] | None = None
     # inputs promised to lie in a half-open range (token ids), verified with --assume NAME=LO:HI
     assume: dict[str, list[int]] | None = None
+    # verified with --excess-precision (roundings to bf16 that XLA's compiled code drops are no difference)
+    excess_precision: bool = False
     # for mutations of a partitioned module
     in_shardings: list[Any] | None = None
     out_shardings: list[Any] | None = None
@@ -549,20 +551,32 @@ def _megatron_bf16_compiled(name: str) -> Built:
     return built
 
 
-def _rms_norm_batch_compiled(specs: tuple[P, P]) -> Callable[[str], Built]:
+def _rms_norm_batch_compiled(specs: tuple[P, P], dtype: Any = None) -> Callable[[str], Built]:
     def fn(name: str) -> Built:
         mesh = make_mesh((2, 4), ("fsdp", "tp"))
         rng = rng_for(name)
         x = rng.standard_normal((2, 16, 32)).astype(np.float32)
         scale = (1 + 0.1 * rng.standard_normal(32)).astype(np.float32)
-        built = partitioned_pair(name, functools.partial(llama.rms_norm, eps=1e-6), mesh, [x, scale], ["x", "scale"],
-                                 list(specs), specs[0], compiled_text=True)
+        norm = functools.partial(llama.rms_norm, eps=1e-6)
+        if dtype is not None:  # computed in `dtype` from float32 inputs, the result widened back
+            def norm(x: Any, scale: Any) -> Any:
+                return llama.rms_norm(x.astype(dtype), scale.astype(dtype), 1e-6).astype(np.float32)
+        built = partitioned_pair(name, norm, mesh, [x, scale], ["x", "scale"], list(specs), specs[0],
+                                 compiled_text=True)
         assert re.search(r"f32\[16\]\{0\} bitcast\(", built.after_text), f"{name}: XLA no longer bitcasts the row statistic"
         return built
 
     return fn
 
 
+def _rms_norm_bf16_compiled(name: str) -> Built:
+    built = _rms_norm_batch_compiled((P("fsdp", None, "tp"), P("tp")), jax.numpy.bfloat16)(name)
+    return dataclasses.replace(built, excess_precision=True)
+
+
+fixture("rmsnorm_bf16_excess_precision_compiled", "Llama's RMSNorm in bfloat16 (batch on fsdp, hidden on tp) vs "
+        "compiled.as_text(), verified with --excess-precision: XLA computes x * x in f32 and sums it without the "
+        "rounding to bf16 the reference has (xla_allow_excess_precision)")(_rms_norm_bf16_compiled)
 fixture("rmsnorm_batch_fsdp_compiled", "Llama's RMSNorm over a batch split on fsdp (one row per device) vs "
         "compiled.as_text(): XLA bitcasts the per-row statistic [1, s] to [s], read as a block of the "
         "flattened [b * s], and multiplies it into the rows")(_rms_norm_batch_compiled((P("fsdp"), P())))
@@ -2430,6 +2444,8 @@ def write_fixture(b: Built, out: Path = FIXTURES) -> dict[str, int]:
         expected["notes"] = b.notes
     if b.assume:
         expected["assume"] = b.assume
+    if b.excess_precision:
+        expected["excess_precision"] = True
     files["expected.json"] = (json.dumps(expected, indent=2) + "\n").encode()
     arrays: dict[str, np.ndarray] = {}
     for i, x in enumerate(b.inputs):

@@ -191,7 +191,8 @@ def _check_assumptions(bp: Program, assume: Mapping[str, tuple[int, int]]) -> No
 class _Prover:
     def __init__(self, bp: Program, ap: Program, opts: Options, deadline: Deadline | None = None) -> None:
         self.bp, self.ap, self.opts, self.deadline = bp, ap, opts, deadline
-        self.terms = Terms({name: (lo, hi - 1) for name, (lo, hi) in opts.assume.items()}, dot_views=opts.plain)
+        self.terms = Terms({name: (lo, hi - 1) for name, (lo, hi) in opts.assume.items()}, dot_views=opts.plain,
+                           excess_precision=opts.excess_precision)
         self.egraph = EGraph(opts.budget, deadline)
         self.sync: Sync | None = None
         self.timings: dict[str, float] = {}

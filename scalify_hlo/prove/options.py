@@ -25,3 +25,7 @@ class Options:
     # Seconds for the whole run: past them every value not yet read is left unread (`egraph.Deadline`) and
     # the verdict is `unknown`, naming the first. None: no limit.
     time_limit: float | None = 600.0
+    # XLA's xla_allow_excess_precision (on by default): a bf16 op may be computed in f32 and its rounding to
+    # bf16 dropped (`convert_f32(mul_bf16(x, y))` compiled as `mul_f32`). On, roundings to a narrower float
+    # are not differences (`terms/precision.lifted`); off (the default of `diff`), they are.
+    excess_precision: bool = False

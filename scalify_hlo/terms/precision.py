@@ -39,6 +39,9 @@ _REDUCERS = frozenset({Reducer.SUM.value, Reducer.MAX.value, Reducer.MIN.value})
 # convert_f32(x)))`), and narrowed they are the movement in the narrow type, exactly.
 _MOVEMENT = frozenset({"broadcast_in_dim", "concatenate", "copy", "dynamic_slice", "dynamic_update_slice", "gather",
                        "pad", "reshape", "reverse", "slice", "transpose"})
+_EXCESS_NOTE = ("the proof read low-precision floats as computed in f32, roundings to them dropped where a "
+                "program skips them (--excess-precision, XLA's xla_allow_excess_precision): results may differ "
+                "by those roundings")
 _NOTE = ("the proof read an op computed in a wider float and rounded back as the op in the narrower float "
          "(XLA's float normalization; equal over the reals, a sum or dot may round differently)")
 
@@ -52,7 +55,7 @@ def narrowed(terms: Terms, x: Term, type: TensorType) -> Term | None:
     """`convert(x)` to `type`, the narrower float, where x is an op computed in x's wider type on operands
     widened from `type`'s: that op in `type` (None otherwise)."""
     narrow, wide = type.dtype, x.type.dtype
-    if not widens(narrow, wide) or not x.args:
+    if terms.excess_precision or not widens(narrow, wide) or not x.args:
         return None
     how = EXACT if x.op in _MOVEMENT else NARROWS.get(x.op)
     if how is None:
@@ -91,7 +94,7 @@ def _accumulating(x: Term) -> Narrows | None:
 def unwidened(terms: Terms, op: str, args: tuple[Term, ...], attrs: Any, type: TensorType) -> Term | None:
     """A comparison or `is_finite` of operands widened from one narrower float, or a dot of such operands
     into the wide type: the same op on the operands themselves (None otherwise)."""
-    if not args:
+    if not args or terms.excess_precision:
         return None
     wide = args[0].type.dtype
     if any(a.type.dtype != wide for a in args) or type.dtype not in ("i1", wide):
@@ -133,3 +136,26 @@ def _narrow_operand(terms: Terms, a: Term, narrow: str) -> Term | None:
             return None
         return terms.apply(a.op, (inner_n,), a.attrs, TensorType(a.type.shape, narrow))
     return None
+
+
+def lifted(terms: Terms, op: str, args: tuple[Term, ...], attrs: Any, type: TensorType) -> Term | None:
+    """With `Terms.excess_precision`: a float op on low-precision operands as the op computed in f32 on
+    them widened (a widened rounding is the unrounded value: `table._convert`), rounded to the low type
+    where its result is one. The normal form keeps low floats only at converts, leaves and data movement,
+    so a program that drops a rounding XLA's float normalization would keep (`mul_f32(convert(x),
+    convert(x))` for `convert_f32(mul_bf16(x, x))`) meets one that keeps it. None for other ops."""
+    narrow = next((a.type.dtype for a in args if a.type.dtype in LOW_FLOATS), None)
+    if narrow is None or op == "convert":
+        return None
+    if not (op in NARROWS or op in ("compare", "is_finite", "dot_general")
+            or (op == "reduce" and len(args) == 2 and dict(attrs).get("computation") in _REDUCERS)):
+        return None
+    if type.dtype not in (narrow, "i1", "f32") or any(
+            _is_float(a.type.dtype) and a.type.dtype not in (narrow, "f32") for a in args):
+        return None
+    wide = "f32"
+    inner = terms.apply(op, tuple(terms.apply("convert", (a,), (), TensorType(a.type.shape, wide))
+                                  if a.type.dtype == narrow else a for a in args),
+                        attrs, TensorType(type.shape, wide if type.dtype == narrow else type.dtype))
+    terms.notes.add(_EXCESS_NOTE)
+    return inner if inner.type == type else terms.apply("convert", (inner,), (), type)

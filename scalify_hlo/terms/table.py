@@ -35,10 +35,12 @@ _UNIT = {"add": (0.0, (0, 1)), "subtract": (0.0, (1,)), "multiply": (1.0, (0, 1)
 class Terms:
     """The intern table. `mk` interns exactly; `apply` canonicalises first."""
 
-    def __init__(self, assume: Mapping[str, Interval] | None = None, *, dot_views: bool = False) -> None:
+    def __init__(self, assume: Mapping[str, Interval] | None = None, *, dot_views: bool = False,
+                 excess_precision: bool = False) -> None:
         self._table: dict[tuple[Any, ...], Term] = {}
         self.assume = dict(assume or {})  # input name -> inclusive range its values are promised to lie in
         self.dot_views = dot_views  # read a dot's reshaped operands through the reshape (`dots._dot_views`)
+        self.excess_precision = excess_precision  # low floats computed in f32, roundings dropped (`precision`)
         self.intervals: dict[int, Interval | None] = {}  # term id -> range (`ranges.interval`'s cache)
         self.notes: set[str] = set()  # what canonical forms assumed (a float sum regrouped): a proof says so
         self._leafless: dict[int, bool] = {}  # term id -> reads no leaf (`leafless`'s cache)
@@ -95,6 +97,8 @@ class Terms:
 
     # -- canonicalising constructor -----------------------------------------------------------------
     def apply(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
+        if self.excess_precision and (lifted := precision.lifted(self, op, args, attrs, type)) is not None:
+            return lifted
         rule = _CANON.get(op)
         if rule is not None:
             out = rule(self, args, dict(attrs), type)
@@ -270,6 +274,9 @@ def _convert(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
         return x
     if x.op == "convert" and x.args[0].type.dtype == type.dtype and precision.widens(type.dtype, x.type.dtype):
         return x.args[0]  # widened and rounded back: itself
+    if (terms.excess_precision and x.op == "convert" and x.args[0].type.dtype == type.dtype
+            and x.type.dtype in LOW_FLOATS and type.dtype in ("f32", "f64")):
+        return x.args[0]  # rounded and widened back: the rounding dropped
     # A splat converted to a dtype that holds its value exactly is that splat (`jnp.pad(x, 1)` pads with the
     # int 0 converted, a partitioner with 0.0): exact, dtype-checked folding.
     v = scalar_value(x)
