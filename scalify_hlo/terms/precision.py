@@ -12,6 +12,11 @@ normalization on CPU, bf16 normalization, all-reduce promotion): a bf16 `add(a, 
 Rounding that is not undone stays: `convert_f32(convert_bf16(x_f32))` is a rounding of x, and an op whose
 operands are rounded to bf16 before it is not an op computed in float32 (computing in bf16 what the
 reference computes in float32 is not normalised away).
+
+XLA also drops roundings (xla_allow_excess_precision, on by default: `convert_f32(mul_bf16(x, x))` compiled
+as `mul_f32`). Asked to read them away (`Terms.excess_precision`, `--excess-precision`), the normal form is
+the other way round, `lifted`: low-precision ops computed in f32, a widened rounding the unrounded value;
+`narrowed` and `unwidened` are then off (they would undo it).
 """
 
 from __future__ import annotations
