@@ -99,10 +99,11 @@ def check_dump(dump: Path, *, stop_at_first: bool = False, options: Options | No
     """Every consecutive pass pair of every module, in pipeline order. With `jobs` > 1 the pairs are
     checked in that many worker processes, with `ray` (a cluster address, "auto" for the running one,
     "local" to start one here) as tasks of a Ray cluster; the results (and, with `stop_at_first`, the
-    first pass that breaks meaning) are the same as with one."""
+    first pass that breaks meaning) are the same as with one. Without `options`, roundings to bf16 a pass
+    drops are no difference (`Options.excess_precision`), as on the command line."""
     pairs = [(key, label(a, b), a.path, b.path) for key, seq in stages(dump).items()
              for a, b in itertools.pairwise(seq)]
-    opts = options or Options()
+    opts = options or Options(excess_precision=True)  # XLA's passes run with xla_allow_excess_precision
     if ray is not None:
         return _on_ray(ray, pairs, opts, stop_at_first)
     results: list[PassResult] = []
