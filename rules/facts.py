@@ -271,56 +271,43 @@ def join(layouts: list[Layout]) -> Layout | None:
         return None  # the operands use one axis on different dims: their shards do not line up
 
 
-def _axis_major(shape: Sequence[int], layout: Layout, mesh: Mesh) -> tuple[list[int], dict[str, int], list[int]] | None:
-    """`shape`, held under `layout`, with each split dim cut into (its axes' sizes, its local size) and the
-    units left out; where each axis and each local dim sits there. None where a split is uneven."""
+def _digits(shape: Sequence[int], layout: Layout, mesh: Mesh) -> list[list[tuple[str, int]]] | None:
+    """Each dim of `shape`, held under `layout`, as `regroup` digits: its axes (named by themselves, size-1
+    axes left out), then its local size (`_k` for the k-th local size that is not 1; a 1 is left out).
+    None where a split is uneven."""
     local = layout.local_shape(shape, mesh)
-    sizes: list[int] = []
-    axis_dim: dict[str, int] = {}
-    local_dims: list[int] = []
+    out: list[list[tuple[str, int]]] = []
+    k = 0
     for n, axes, ln in zip(shape, layout.dims, local, strict=True):
         if ln * mesh.size_of(axes) != n:
             return None
-        for a in axes:
-            if mesh.size_of((a,)) > 1:
-                axis_dim[a] = len(sizes)
-                sizes.append(mesh.size_of((a,)))
+        dim = [(a, mesh.axis_size(a)) for a in axes if mesh.axis_size(a) > 1]
         if ln != 1:
-            local_dims.append(len(sizes))
-            sizes.append(ln)
-    return sizes, axis_dim, local_dims
+            dim.append((f"_{k}", ln))
+            k += 1
+        out.append(dim)
+    return out
 
 
 def as_layout(h: Holds, layout: Layout, shape: Sequence[int], mesh: Mesh, terms: Terms) -> Term | None:
     """`h`'s value as the global tensor of `shape` held under `layout`, where every device holds the same
     numbers in the same order under both (XLA bitcasts away a unit dim that a split dim left on each
-    device: `[1, s] -> [s]`, a row of the batch, then read as a block of the flattened `[b * s]`). Both go
-    through the tensor of (the axes, one per dim, in mesh order; then the local dims but the units), `h`
-    broadcast along the axes it does not use. None where the local shapes differ, a split is uneven, a
-    value is partial, or `h` uses an axis `layout` does not."""
+    device: `[1, s] -> [s]`, a row of the batch, then read as a block of the flattened `[b * s]`): the
+    axes and the local sizes that are not 1, as digits, regrouped (`regroup`), `h` repeated along the axes
+    it does not use. None where the local shapes differ, a split is uneven, a value is partial, or `h` uses
+    an axis `layout` does not."""
     if h.layout.partial or layout.partial:
         return None
-    have, want = _axis_major(h.term.type.shape, h.layout, mesh), _axis_major(shape, layout, mesh)
+    have, want = _digits(h.term.type.shape, h.layout, mesh), _digits(shape, layout, mesh)
     if have is None or want is None:
         return None
-    sizes, axis_dim, local_dims = have
-    wsizes, waxes, wlocal = want
-    if not set(axis_dim) <= set(waxes) or [sizes[i] for i in local_dims] != [wsizes[i] for i in wlocal]:
+    mine = {nm: n for dim in have for nm, n in dim}
+    wanted = {nm: n for dim in want for nm, n in dim}
+    local = {nm: n for nm, n in mine.items() if nm.startswith("_")}
+    if not set(mine) <= set(wanted) or local != {nm: n for nm, n in wanted.items() if nm.startswith("_")}:
         return None
-    used = sorted(waxes, key=mesh.axis_index)
-    common = (*(wsizes[waxes[a]] for a in used), *(wsizes[i] for i in wlocal))
-    wperm = (*(waxes[a] for a in used), *wlocal)
-    dtype = h.term.type.dtype
-    t = terms.apply("reshape", (h.term,), (), TensorType(tuple(sizes), dtype))
-    mine = [a for a in used if a in axis_dim]
-    perm = (*(axis_dim[a] for a in mine), *local_dims)
-    t = terms.apply("transpose", (t,), (("permutation", perm),), TensorType(tuple(sizes[i] for i in perm), dtype))
-    if len(mine) < len(used):  # replicated over the others: the same value along them
-        dims = (*(i for i, a in enumerate(used) if a in axis_dim), *range(len(used), len(common)))
-        t = terms.apply("broadcast_in_dim", (t,), (("broadcast_dimensions", dims),), TensorType(common, dtype))
-    back = tuple(wperm.index(i) for i in range(len(wperm)))
-    t = terms.apply("transpose", (t,), (("permutation", back),), TensorType(tuple(wsizes), dtype))
-    return terms.apply("reshape", (t,), (), TensorType(tuple(shape), dtype))
+    new = [(nm, n) for nm, n in wanted.items() if nm not in mine]  # axes `h` is replicated over
+    return regroup(terms, h.term, have, [[nm for nm, _ in dim] for dim in want], new)
 
 
 def realigned(hs: Sequence[Holds], mesh: Mesh, terms: Terms) -> tuple[tuple[Term, ...], Layout] | None:
