@@ -33,6 +33,7 @@ from scalify_hlo.ir.nodes import Op, ScatterDims, TensorType, Value
 from scalify_hlo.layout.groups import match_axis_index, varying_axes
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
+from scalify_hlo.terms.term import Term
 
 
 def settled(ctx: Ctx, f: Fact) -> Fact:
@@ -54,6 +55,59 @@ def settled(ctx: Ctx, f: Fact) -> Fact:
     if a is None or b is None:
         return f
     return Holds(ctx.terms.apply("add", (a, b), (), a.type), Layout(layout.dims, base.layout.partial), base.origin)
+
+
+_NEG, _POS = -(1 << 62), 1 << 62
+
+
+def settled_mask(ctx: Ctx, f: Fact) -> Fact:
+    """A mask no masking rule reads (`one_hot(top, e)` with the classes split so that each device holds one:
+    `top == axis_index`) as the block it is, where the base has a unit dim that is whole: along it, the
+    tensor whose block on each device is that device's window test. The window's ends must step by the
+    same amount along some mesh axes (`lo = lo₀ + s · index`). Any other fact as it is."""
+    if not isinstance(f, InWindow) or f.base.layout.partial:
+        return f
+    base, lo, hi = f.base, f.window.lo.astype(np.int64), f.window.hi.astype(np.int64)
+    shape = base.term.type.shape
+    unit = next((d for d, n in enumerate(shape) if n == 1 and not base.layout.dims[d]), None)
+    ends = [e for e, inf in ((lo, lo <= _NEG), (hi, hi >= _POS)) if not inf.any()]
+    if unit is None or not ends or any(inf.any() and not inf.all() for inf in (lo <= _NEG, hi >= _POS)):
+        return f
+    first = int(ctx.mesh.device_array().reshape(-1)[0])
+    match = match_axis_index(ends[0] - ends[0][first], ctx.mesh)
+    if match is None or any(not np.array_equal(e - e[first], ends[0] - ends[0][first]) for e in ends):
+        return f
+    axes, scale = match
+    if set(axes) & base.layout.split_axes():
+        return f
+    n = ctx.mesh.size_of(axes)
+    wide = ctx.terms.tile(base.term, unit, n)
+    step = ctx.terms.iota(unit, wide.type)
+    if scale != 1:
+        step = ctx.terms.apply("multiply", (step, ctx.terms.splat(float(scale), wide.type)), (), wide.type)
+
+    def bound(e: np.ndarray) -> Term:
+        shifted = ctx.terms.apply("add", (step, ctx.terms.splat(float(e[first]), wide.type)), (), wide.type)
+        return shifted if e[first] else step
+
+    pred = TensorType(wide.type.shape, "i1")
+
+    def test(direction: str, e: np.ndarray) -> Term:
+        return ctx.terms.apply("compare", (wide, bound(e)), (("comparison_direction", direction),), pred)
+
+    lo_inf, hi_inf = bool((lo <= _NEG).all()), bool((hi >= _POS).all())
+    if not lo_inf and not hi_inf and np.all(hi - lo == 1):
+        term = test("EQ", lo)
+    elif lo_inf:
+        term = test("LT", hi)
+    elif hi_inf:
+        term = test("GE", lo)
+    else:
+        term = ctx.terms.apply("and", (test("GE", lo), test("LT", hi)), (), pred)
+    if f.negated:
+        term = ctx.terms.apply("not", (term,), (), pred)
+    dims = tuple(axes if d == unit else ds for d, ds in enumerate(base.layout.dims))
+    return Holds(term, Layout(dims), base.origin)
 
 
 def retyped(op: Op, opcode: str, dtype: str) -> Op:

@@ -221,12 +221,16 @@ def dot_general(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         if ld[li] == rd[ri]:
             continue
         a, b = ld[li], rd[ri]
-        if b == a[len(a) - len(b):] and not (set(a) - set(b)) & (rhs.layout.split_axes() | rhs.layout.partial_axes()):
-            rt = ctx.terms.tile(rt, ri, ctx.mesh.size_of(a[: len(a) - len(b)]))
-            rd[ri] = a
-        elif a == b[len(b) - len(a):] and not (set(b) - set(a)) & (lhs.layout.split_axes() | lhs.layout.partial_axes()):
-            lt = ctx.terms.tile(lt, li, ctx.mesh.size_of(b[: len(b) - len(a)]))
-            ld[li] = b
+        # (`view` refuses axes the widened side already splits or sums over; `a`'s extra axes may sit anywhere
+        # in its order: GQA's key heads split over tp:(1)2 against query heads over tp:(1)2 × tp:(2)2.)
+        if set(b) < set(a) and (moved := view(rt, Layout(tuple(rd), rhs.layout.partial),
+                                              tuple(a if k == ri else d for k, d in enumerate(rd)),
+                                              ctx.mesh, ctx.terms)) is not None:
+            rt, rd[ri] = moved, a
+        elif set(a) < set(b) and (moved := view(lt, Layout(tuple(ld), lhs.layout.partial),
+                                                tuple(b if k == li else d for k, d in enumerate(ld)),
+                                                ctx.mesh, ctx.terms)) is not None:
+            lt, ld[li] = moved, b
         else:
             return (ctx.fail(op, f"dot_general contracts or batches dims split differently: lhs dim {li} over "
                              f"{axes_text(ctx, frozenset(a))}, rhs dim {ri} over {axes_text(ctx, frozenset(b))}",

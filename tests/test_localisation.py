@@ -21,6 +21,7 @@ MUTATED = [f for f in BUGS if f.expected["bug"].get("instruction")]
 
 # The line is exact; the first site is an op beside the changed instruction.
 NOT_FIRST = frozenset({
+    "mut_gqa_kv_head_offsets_swapped",  # a constant table: named is the dynamic-slice that reads it, at its line
     "oc_argmax_split_dim_local_index_mutated",
     "sort_split_dim_descending_mutated",
     "top_k_split_dim_rows_swapped_mutated",

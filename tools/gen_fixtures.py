@@ -61,6 +61,7 @@ from programs import (  # noqa: E402
     dp_mean,
     false_alarms,
     flax_models,
+    head_groups,
     linalg_rng,
     llama,
     llama_train,
@@ -1275,6 +1276,38 @@ fixture("moe_all_to_all_shard_map_no_combine", "mixture of experts without the c
         "outputs used on the expert's device as if they were this device's tokens")(_moe("no_combine"))
 fixture("moe_all_to_all_shard_map_combine_axes_swapped", "mixture of experts whose combine all_to_all "
         "concatenates on axis 1 instead of 0 (owner and local-expert dims transposed)")(_moe("combine_axes_swapped"))
+
+
+@fixture("gqa_kv_heads_sub_axis_shardy", "grouped-query attention, 8 query heads over tp=4 and 2 KV heads: XLA "
+         "gives each pair of tp devices one KV head (a sub-axis, tp:(1)2, read from partition-id tables)")
+def _gqa_sub_axis(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = head_groups.gqa_specs()
+    return partitioned_pair(name, head_groups.gqa_attention, mesh, head_groups.gqa_init(rng_for(name)),
+                            ["x", "wq", "wk", "wv", "wo"], in_specs, out_spec)
+
+
+@fixture("mut_gqa_kv_head_offsets_swapped", "gqa_kv_heads_sub_axis_shardy after.hlo with the table of KV-head "
+         "offsets {0, 4} changed to {4, 0}: each device attends with the other group's keys and values")
+def _mut_gqa_offsets(name: str) -> Built:
+    base = build("gqa_kv_heads_sub_axis_shardy")
+    text = base.after_text
+    tables = [n for n in hlo_instructions(text, "constant")
+              if re.search(r"= s32\[2\]\{0\} constant\(\{0, 4\}\)", hlo_instruction_line(text, n)[1])]
+    assert len(tables) == 1, f"expected one s32[2] offset table {{0, 4}}, got {tables}"
+    idx, line = hlo_instruction_line(text, tables[0])
+    new = replace_line(text, idx, line.replace("constant({0, 4})", "constant({4, 0})"))
+    return mutated(name, "gqa_kv_heads_sub_axis_shardy", new, tables[0],
+                   f"offset table {tables[0]} of the KV heads' column blocks reversed")
+
+
+@fixture("moe_dense_dispatch_shardy", "dense top-1 mixture of experts, one expert per tp device: one_hot(argmax) "
+         "computed per device as top == axis_index, a mask with one class per device")
+def _moe_dense(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = head_groups.dense_dispatch_specs()
+    return partitioned_pair(name, head_groups.dense_dispatch, mesh, head_groups.dense_dispatch_init(rng_for(name)),
+                            ["x", "wr", "w"], in_specs, out_spec)
 
 
 def _pipeline(variant: str) -> Callable[[str], Built]:

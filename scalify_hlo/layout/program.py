@@ -32,6 +32,7 @@ from scalify_hlo.layout.sharding import (
     parse_gspmd,
     parse_sdy,
 )
+from scalify_hlo.layout.tables import offset_groups
 
 COLLECTIVES = frozenset({
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
@@ -96,7 +97,8 @@ def _device_arrays(module: Module, func: Func,
                    hint: Mesh | None = None) -> Iterator[tuple[np.ndarray, str, bool]]:
     """Every device list of the module that a mesh should factor, with whether it may be left out: tile
     assignments (required) and replica groups (optional: any partition of the devices is legal, and the
-    collective of groups the mesh cannot express is reported `unknown`). Each list once, named by its first
+    collective of groups the mesh cannot express is reported `unknown`), and the devices that share a
+    dynamic-slice offset (optional, like replica groups: `tables.py`). Each list once, named by its first
     use: a model repeats a few shardings and groups on thousands of ops, each list as long as the mesh."""
     def from_sharding(s: Sharding | None, label: str) -> Iterator[tuple[np.ndarray, str, bool]]:
         if isinstance(s, Tiled):
@@ -129,6 +131,12 @@ def _device_arrays(module: Module, func: Func,
             if key not in seen:
                 seen.add(key)
                 yield canonical_groups(listed, hint), f"replica groups of {op.describe()}", True
+    if partitions_only and module.num_partitions > 1:
+        for groups in offset_groups(func, module.num_partitions):
+            key = (groups.shape, groups.tobytes())
+            if key not in seen:
+                seen.add(key)
+                yield canonical_groups(groups, hint), "devices sharing a dynamic-slice offset", True
 
 
 def used_meshes(module: Module) -> tuple[tuple[str, str], ...]:

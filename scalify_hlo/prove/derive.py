@@ -39,6 +39,7 @@ from scalify_hlo.rules.facts import (
     Fact,
     Failed,
     Holds,
+    InWindow,
     PerBlock,
     Shifted,
     TupleFact,
@@ -80,7 +81,8 @@ def _steps(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None
 
 def _settle(ctx: Ctx, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     """Indices shifted per device that no masking rule reads here, as the blocks they are."""
-    return tuple(masked_moves.settled(ctx, f) if isinstance(f, Shifted) else f for f in facts)
+    return tuple(masked_moves.settled(ctx, f) if isinstance(f, Shifted) else
+                 masked_moves.settled_mask(ctx, f) if isinstance(f, InWindow) else f for f in facts)
 
 
 class Deriver:

@@ -218,11 +218,40 @@ def _reshape(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
             inner = terms.apply("broadcast_in_dim", x.args, (("broadcast_dimensions", tuple(keep.index(d) for d in dims)),),
                                 TensorType(tuple(x.type.shape[i] for i in keep), x.type.dtype))
             return terms.apply("reshape", (inner,), (), type)
+    if x.op == "broadcast_in_dim" and (merged := _merge_new_dims(terms, x, type)) is not None:
+        return merged
     if x.op == "broadcast_in_dim":
         through = _reshape_through_broadcast(terms, x, type)
         if through is not None:
             return through
     return reshape_outward(terms, x, type) or normalize(terms, "reshape", x, a, type)
+
+
+def _merge_new_dims(terms: Terms, x: Term, type: TensorType) -> Term | None:
+    """reshape(broadcast(y)) with neighbouring new dims that the reshape merges: the broadcast adds them as
+    one dim (`jnp.repeat` of k heads by r, and the same repeat done as r/n per device and tiled over n, are
+    then one term). Exact: a row-major reshape does not see how a run of dims it merges was cut."""
+    groups = reshape_groups(x.type.shape, type.shape)
+    if groups is None:
+        return None
+    dims = tuple(x.attr("broadcast_dimensions"))
+    group_of = {d: g for g, (src, _) in enumerate(groups) for d in src}
+    shape: list[int] = []
+    at: dict[int, int] = {}  # old dim -> its dim in the merged broadcast
+    prev: tuple[int, bool] | None = None  # (group, new?) of the previous dim
+    for d, n in enumerate(x.type.shape):
+        here = (group_of.get(d, -1), d not in dims)
+        if here[1] and prev == here and here[0] >= 0:
+            shape[-1] *= n
+        else:
+            at[d] = len(shape)
+            shape.append(n)
+        prev = here
+    if len(shape) == x.type.rank:
+        return None
+    inner = terms.apply("broadcast_in_dim", x.args, (("broadcast_dimensions", tuple(at[d] for d in dims)),),
+                        TensorType(tuple(shape), x.type.dtype))
+    return terms.apply("reshape", (inner,), (), type)
 
 
 def _reshape_through_broadcast(terms: Terms, x: Term, type: TensorType) -> Term | None:
