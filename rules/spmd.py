@@ -100,7 +100,11 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         computed = ctx.varying(op, facts)
         if computed is not None:
             return (computed,)
-        holds = [ctx.lift(f) if isinstance(f, Varying) else f for f in holds]
+        # Numbers per device may be the shards of several tensors (a row mask with the batch dim one row per
+        # device fits a split of either dim): first as laid out like the tensors they meet.
+        like = join([Layout(f.layout.dims) for f in holds if isinstance(f, Holds) and f.term.type.rank])
+        holds = [((lift_as(ctx, f, like) if like is not None and len(like.dims) == f.type.rank else None)
+                  or ctx.lift(f)) if isinstance(f, Varying) else f for f in holds]
     for f in holds:
         if isinstance(f, Failed):
             return (upstream(f, op),)

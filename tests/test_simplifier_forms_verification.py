@@ -212,3 +212,41 @@ def test_reduction_bodies_between_float_converts_are_their_reducer() -> None:
     module = parsers.loads(_BODIES, "bodies.hlo")
     found = [reducer_of(op.regions[0]) for op in walk(module.main.body.ops) if op.opcode == "reduce"]
     assert found == [Reducer.SUM, Reducer.MAX, None]
+
+
+def test_a_broadcast_free_dim_moves_out_of_the_dot() -> None:
+    """dot(x, broadcast(s)) with the broadcast along a free dim: the narrow dot broadcast (XLA computes the
+    gradient of a mean-reduced loss at width one, then tiles it)."""
+    terms = Terms()
+    x, s = terms.param(0, _t(32, 16), "x"), terms.param(1, _t(32), "s")
+    for width in (8, 2):
+        wide = _bcast(terms, s, (0,), _t(32, width))
+        out = _dot(terms, x, wide, ((), (), (0,), (0,)), _t(16, width))
+        assert out.op == "broadcast_in_dim" and out.attr("broadcast_dimensions") == (0,), out
+        rng = np.random.default_rng(4)
+        xs, ss = rng.standard_normal((32, 16)).astype(np.float32), rng.standard_normal(32).astype(np.float32)
+        want = xs.T @ np.broadcast_to(ss[:, None], (32, width))
+        np.testing.assert_allclose(evaluate(out, {x.id: xs, s.id: ss}), want, rtol=1e-5)
+    # a broadcast along a contracted dim is a sum of equal products: not moved
+    y = terms.param(2, _t(16), "y")
+    along = _bcast(terms, y, (1,), _t(32, 16))
+    assert _dot(terms, x, along, ((), (), (0,), (0,)), _t(16, 16)).op == "dot_general"
+
+
+@pytest.mark.parametrize(("reducer", "init", "dtype"), [("and", 1.0, "i1"), ("or", 0.0, "i1")])
+def test_a_logical_reduce_over_broadcast_dims_drops_them(reducer: str, init: float, dtype: str) -> None:
+    terms = Terms()
+    g = terms.param(0, _t(16, dtype=dtype), "g")
+    tiled = _bcast(terms, g, (0,), _t(16, 4, dtype=dtype))
+    assert _reduce(terms, tiled, (1,), init, _t(16, dtype=dtype), reducer) is g
+    whole = _reduce(terms, tiled, (0, 1), init, _t(dtype=dtype), reducer)
+    assert whole is _reduce(terms, g, (0,), init, _t(dtype=dtype), reducer)
+    rng = np.random.default_rng(5)
+    gs = (rng.standard_normal(16) > 0) if dtype == "i1" else rng.standard_normal(16).astype(np.float32)
+    plain = terms.mk("reduce", (tiled, terms.scalar(init, dtype)), (("dimensions", (0, 1)), ("reducer", reducer)),
+                     _t(dtype=dtype))
+    np.testing.assert_array_equal(evaluate(whole, {g.id: gs}), evaluate(plain, {g.id: gs}))
+    # a sum over copies is not idempotent, and a maximum is left to the blockwise normaliser: reduces stay
+    h = _bcast(terms, terms.param(1, _t(16), "h"), (0,), _t(16, 4))
+    assert _reduce(terms, h, (1,), 0.0, _t(16)).op == "reduce"
+    assert _reduce(terms, h, (1,), -math.inf, _t(16), "max").op == "reduce"

@@ -67,6 +67,7 @@ from programs import (  # noqa: E402
     llama_train,
     localisation,
     loss_dp,
+    loss_scaling,
     megatron,
     moe,
     nested_loops,
@@ -81,6 +82,7 @@ from programs import (  # noqa: E402
     sorting,
     soundness,
     symbolic_layouts,
+    token_shift,
     train,
     ulysses,
     vocab_parallel,
@@ -1308,6 +1310,24 @@ def _moe_dense(name: str) -> Built:
     in_specs, out_spec = head_groups.dense_dispatch_specs()
     return partitioned_pair(name, head_groups.dense_dispatch, mesh, head_groups.dense_dispatch_init(rng_for(name)),
                             ["x", "wr", "w"], in_specs, out_spec)
+
+
+@fixture("loss_scaled_step_shardy", "step with dynamic loss scaling (loss x 1024, update only where "
+         "all(isfinite(g))): XLA computes the broadcast gradient one column wide and tiles it")
+def _loss_scaled(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = loss_scaling.specs()
+    return partitioned_pair(name, loss_scaling.step, mesh, loss_scaling.init(rng_for(name)), ["w", "x", "y"],
+                            in_specs, out_spec)
+
+
+@fixture("token_shift_split_sequence_shardy", "RWKV's token shift (pad, drop the last row) and a roll over a "
+         "sequence split over tp: neighbour rows by collective-permute, the rows from outside masked by a select")
+def _token_shift(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = token_shift.specs()
+    return partitioned_pair(name, token_shift.token_shift, mesh, token_shift.init(rng_for(name)), ["x", "mu"],
+                            in_specs, out_spec)
 
 
 def _pipeline(variant: str) -> Callable[[str], Built]:

@@ -30,8 +30,49 @@ def dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorTyp
 
 def dot_general(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     return (precision.unwidened(terms, "dot_general", args, tuple(a.items()), type)
-            or _fold_operand_transposes(terms, args, a, type) or _reshapes_out_of_dot(terms, args, a, type)
-            or slicing.pull_dot(terms, args, a, type))
+            or _fold_operand_transposes(terms, args, a, type) or _broadcasts_out_of_dot(terms, args, a, type)
+            or _reshapes_out_of_dot(terms, args, a, type) or slicing.pull_dot(terms, args, a, type))
+
+
+def _broadcasts_out_of_dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType
+                           ) -> Term | None:
+    """dot(x, broadcast(y)) where the broadcast adds free dims of the dot: the dot without them, broadcast
+    along them (every slice along such a dim is the same sum of products). XLA's simplifier computes the
+    gradient of a mean-reduced loss, a dot with a broadcast scalar, at width one and broadcasts after."""
+    dims = a.get("dot_dimension_numbers")
+    if not isinstance(dims, DotDims):
+        return None
+    sides = [(dims.lhs_batch, dims.lhs_contract), (dims.rhs_batch, dims.rhs_contract)]
+    drops: list[set[int]] = []
+    for t, (batch, contract) in zip(args, sides, strict=True):
+        added = set(range(t.type.rank)) - set(t.attr("broadcast_dimensions")) if t.op == "broadcast_in_dim" else set()
+        drops.append(added - set(batch) - set(contract))
+    if not any(drops):
+        return None
+    narrow: list[Term] = []
+    renumber: list[dict[int, int]] = []
+    for t, drop in zip(args, drops, strict=True):
+        keep = [d for d in range(t.type.rank) if d not in drop]
+        renumber.append({d: i for i, d in enumerate(keep)})
+        if not drop:
+            narrow.append(t)
+            continue
+        bdims = tuple(renumber[-1][d] for d in t.attr("broadcast_dimensions"))
+        narrow.append(terms.apply("broadcast_in_dim", t.args, (("broadcast_dimensions", bdims),),
+                                  TensorType(tuple(t.type.shape[d] for d in keep), t.type.dtype)))
+    lm, rm = renumber
+    new = DotDims(tuple(lm[d] for d in dims.lhs_batch), tuple(rm[d] for d in dims.rhs_batch),
+                  tuple(lm[d] for d in dims.lhs_contract), tuple(rm[d] for d in dims.rhs_contract))
+    # Result dims: batch, lhs free, rhs free (in order); those of dropped dims are broadcast back.
+    lfree = [d for d in range(args[0].type.rank) if d not in (*dims.lhs_batch, *dims.lhs_contract)]
+    rfree = [d for d in range(args[1].type.rank) if d not in (*dims.rhs_batch, *dims.rhs_contract)]
+    out_kept = [*range(len(dims.lhs_batch)),
+                *(len(dims.lhs_batch) + i for i, d in enumerate(lfree) if d not in drops[0]),
+                *(len(dims.lhs_batch) + len(lfree) + i for i, d in enumerate(rfree) if d not in drops[1])]
+    attrs = tuple((k, new if k == "dot_dimension_numbers" else v) for k, v in a.items())
+    inner = terms.apply("dot_general", tuple(narrow), attrs,
+                        TensorType(tuple(type.shape[i] for i in out_kept), type.dtype))
+    return terms.apply("broadcast_in_dim", (inner,), (("broadcast_dimensions", tuple(out_kept)),), type)
 
 
 def _fold_operand_transposes(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType

@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from scalify_hlo.ir.nodes import DotDims, TensorType
 from scalify_hlo.ops.reducers import OP_OF_REDUCER, Reducer
 from scalify_hlo.terms.term import peel, scalar_value
@@ -314,6 +316,70 @@ def slice_of_pad(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]
     shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
     attrs = (("edge_padding_high", new_high), ("edge_padding_low", new_low), ("interior_padding", inner))
     return terms.apply("pad", (inner_y, value), attrs, TensorType(shape, x.type.dtype))
+
+
+def masked_pad(on_true: Term, on_false: Term, pred: Term) -> Term | None:
+    """`select(pred, pad(y, v), v)` where `pred` is false only at padded positions (a mask along one dim,
+    `iota >= k`): the pad itself. XLA's partitioner masks the rows a shift brought in from outside the tensor
+    with such a select (`jnp.pad(x, ((1, 0), ...))[:-1]` over a split dim) although the pad already holds
+    the fill there. None otherwise."""
+    if on_true.op != "pad" or any(on_true.attr("interior_padding")):
+        return None
+    fill = scalar_value(on_true.args[1])
+    if fill is None or scalar_value(on_false) != fill:
+        return None
+    window = iota_window(pred)
+    if window is None:
+        return None
+    d, a, b = window
+    low, high = on_true.attr("edge_padding_low")[d], on_true.attr("edge_padding_high")[d]
+    n = on_true.type.shape[d]
+    return on_true if low >= 0 and high >= 0 and a <= low and b >= n - high else None
+
+
+def iota_window(pred: Term) -> tuple[int, int, int] | None:
+    """(dim, a, b) when the boolean `pred` is true exactly at the positions whose index along `dim` lies in
+    [a, b): a comparison of an iota with a constant, broadcast along the other dims, or a conjunction."""
+    dims: tuple[int, ...] | None = None
+    if pred.op == "broadcast_in_dim":
+        dims, pred = tuple(pred.attr("broadcast_dimensions")), pred.args[0]
+    if pred.op == "and":
+        parts = [iota_window(x) for x in pred.args]
+        if any(p is None for p in parts) or len({p[0] for p in parts if p is not None}) != 1:
+            return None
+        d0 = parts[0][0]  # type: ignore[index]
+        inner = (d0, max(p[1] for p in parts if p), min(p[2] for p in parts if p))
+    elif pred.op == "compare" and pred.args[0].op == "iota" and pred.type.rank == 1:
+        k = scalar_value(pred.args[1])
+        if k is None or k != int(k):
+            return None
+        n, k = pred.type.shape[0], int(k)
+        bounds = {"GE": (k, n), "GT": (k + 1, n), "LT": (0, k), "LE": (0, k + 1)}.get(pred.attr("comparison_direction"))
+        if bounds is None:
+            return None
+        inner = (0, *bounds)
+    elif pred.op == "constant" and pred.type.rank:
+        inner_or_none = _constant_window(np.asarray(pred.attr("value").array, dtype=bool))
+        if inner_or_none is None:
+            return None
+        inner = inner_or_none
+    else:
+        return None
+    return inner if dims is None else (dims[inner[0]], inner[1], inner[2])
+
+
+def _constant_window(mask: np.ndarray) -> tuple[int, int, int] | None:
+    """(dim, a, b) when a constant mask is true exactly where its index along `dim` lies in [a, b)."""
+    for d in range(mask.ndim):
+        line = np.moveaxis(mask, d, 0).reshape(mask.shape[d], -1)
+        if not np.all(line == line[:, :1]):
+            continue
+        true = np.flatnonzero(line[:, 0])
+        if true.size == 0:
+            return (d, 0, 0)
+        a, b = int(true[0]), int(true[-1]) + 1
+        return (d, a, b) if true.size == b - a else None
+    return None
 
 
 def scatter_window(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:

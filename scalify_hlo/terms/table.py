@@ -19,8 +19,7 @@ import numpy as np
 from scalify_hlo.ir.dtypes import LOW_FLOATS, numpy_dtype
 from scalify_hlo.ir.nodes import ConvDims, DotDims, Literal, TensorType
 from scalify_hlo.ops.elementwise import COMMUTATIVE, SHAPE_PRESERVING
-from scalify_hlo.ops.reducers import Reducer, is_identity
-from scalify_hlo.terms import arith, dots, precision, ranges, slicing, topk
+from scalify_hlo.terms import arith, dots, precision, ranges, reductions, slicing, topk
 from scalify_hlo.terms.movement import normalize, reshape_groups, reshape_outward
 from scalify_hlo.terms.ranges import Interval
 from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
@@ -286,7 +285,7 @@ def _select(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tenso
         return pred  # select(p, true, false) is p
     if on_true is on_false:
         return on_true
-    return None
+    return slicing.masked_pad(on_true, on_false, pred)
 
 
 def _negate(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -486,26 +485,6 @@ def _factor_broadcasts(terms: Terms, op: str, args: tuple[Term, ...], attrs: Att
     return terms.apply("broadcast_in_dim", (small,), (("broadcast_dimensions", tuple(used)),), type)
 
 
-def _reduce_added_units(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType
-                        ) -> Term | None:
-    """A reduce, from its reducer's identity, over only unit dims a reshape added is that reshape's
-    operand, reshaped (XLA's simplifier drops it so). Only there: a unit block of a blocked reduction stays
-    a reduce, the form the blockwise normaliser merges."""
-    if len(args) != 2:
-        return None
-    x, init = args
-    dims = tuple(a.get("dimensions") or ())
-    if x.op != "reshape" or not dims or any(x.type.shape[d] != 1 for d in dims):
-        return None
-    try:
-        reducer = Reducer(a.get("reducer"))
-    except ValueError:
-        return None
-    if not is_identity(scalar_value(init), reducer, type.dtype):
-        return None
-    return terms.apply("reshape", (x,), (), type)
-
-
 def _square(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     (x,) = args
     return terms.apply("multiply", (x, x), (), type)  # chlo.square is x * x, exactly (one rounding either way)
@@ -566,7 +545,8 @@ _CANON = {
     "pad": _pad,
     "reduce": lambda terms, args, a, type: (ranges.fold_reduce_logic(terms, args, a, type)
                                             or topk.merge_argmax(terms, args, a, type)
-                                            or _reduce_added_units(terms, args, a, type)),
+                                            or reductions.added_units(terms, args, a, type)
+                                            or reductions.over_broadcast(terms, args, a, type)),
     "reshape": _reshape,
     "reverse": _reverse,
     "scatter": slicing.scatter_window,
