@@ -327,3 +327,22 @@ def test_a_layout_over_whole_axes_read_on_a_mesh_that_splits_them() -> None:
     assert layout_on(summed, refined) == Layout(((), ("fsdp",)), (("tp:(1)2", Reducer.SUM), ("tp:(2)2", Reducer.SUM)))
     assert layout_on(Layout((("dp",),)), refined) is None  # an axis the mesh does not have
     assert layout_on(Layout((("tp:(1)2",),)), refined) == Layout((("tp:(1)2",),))
+
+
+def test_devices_sharing_a_partition_id_table_offset_refine_the_mesh() -> None:
+    """GQA's 2 KV heads over tp = 4: XLA looks each device's KV head up from the partition id through constant
+    tables (no sharding names the half of tp), and the devices sharing an offset cut tp into tp:(1)2 x tp:(2)2;
+    the reference's dp x tp mesh alone does not."""
+    import scalify_hlo.parsers as parsers
+    from conftest import FIXTURES
+
+    from scalify_hlo.layout.program import prepare, prepare_against
+    from scalify_hlo.layout.tables import offset_groups
+
+    d = FIXTURES / "gqa_kv_heads_sub_axis_shardy"
+    before, after = parsers.load(d / "before.mlir"), parsers.load(d / "after.hlo")
+    ref = prepare(before)
+    assert ref.mesh.names == ("dp", "tp")
+    assert prepare_against(after, ref).mesh.names == ("dp", "tp:(1)2", "tp:(2)2")
+    groups = [g.tolist() for g in offset_groups(after.main, 8)]
+    assert [[0, 1, 4, 5], [2, 3, 6, 7]] in groups

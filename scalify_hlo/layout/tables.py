@@ -41,8 +41,11 @@ def offset_groups(func: Func, num_devices: int) -> Iterator[np.ndarray]:
                     groups = _groups(table)
                     if groups is not None:
                         yield groups
-        if len(op.results) == 1:
+        if op.opcode in _READ and len(op.results) == 1:
             _evaluate(op, dev, const, num_devices)
+
+
+_READ = frozenset({"partition_id", "constant", "reshape", "convert", "dynamic_slice", "divide", *_BINARY})
 
 
 def _evaluate(op: Op, dev: dict[Value, np.ndarray], const: dict[Value, np.ndarray], n: int) -> None:
@@ -54,9 +57,9 @@ def _evaluate(op: Op, dev: dict[Value, np.ndarray], const: dict[Value, np.ndarra
         lit = op.attrs.get("value")
         if isinstance(lit, Literal) and lit.array.size <= _MAX_TABLE and lit.array.dtype.kind in "iub":
             const[out] = lit.array.astype(np.int64)
-    elif code in ("reshape", "convert", "bitcast_convert") and op.operands:
+    elif code in ("reshape", "convert") and op.operands:
         x = op.operands[0]
-        if x in dev and code != "bitcast_convert":
+        if x in dev:
             dev[out] = dev[x]
         elif x in const and code == "reshape":
             const[out] = const[x].reshape(-1)
