@@ -23,6 +23,8 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum,
     "minimum": np.minimum,
 }
+_SOURCES = frozenset({"partition_id", "constant"})
+_READ = frozenset({*_SOURCES, "reshape", "convert", "dynamic_slice", "divide", *_BINARY})
 
 
 def offset_groups(func: Func, num_devices: int) -> Iterator[np.ndarray]:
@@ -32,8 +34,9 @@ def offset_groups(func: Func, num_devices: int) -> Iterator[np.ndarray]:
     const: dict[Value, np.ndarray] = {}
     seen: set[bytes] = set()
     for op in walk(func.body.ops):
-        if op.opcode in ("dynamic_slice", "dynamic_update_slice"):
-            first = 1 if op.opcode == "dynamic_slice" else 2
+        code = op.opcode
+        if code in ("dynamic_slice", "dynamic_update_slice"):
+            first = 1 if code == "dynamic_slice" else 2
             for v in op.operands[first:]:
                 table = dev.get(v)
                 if table is not None and (key := table.tobytes()) not in seen:
@@ -41,14 +44,13 @@ def offset_groups(func: Func, num_devices: int) -> Iterator[np.ndarray]:
                     groups = _groups(table)
                     if groups is not None:
                         yield groups
-        if op.opcode in _READ and len(op.results) == 1:
-            _evaluate(op, dev, const, num_devices)
-
-
-_READ = frozenset({"partition_id", "constant", "reshape", "convert", "dynamic_slice", "divide", *_BINARY})
+        if code in _READ and (code in _SOURCES or (op.operands and (op.operands[0] in dev or op.operands[-1] in dev))):
+            _evaluate(op, dev, const, num_devices)  # (ops that read nothing per device are most of a model)
 
 
 def _evaluate(op: Op, dev: dict[Value, np.ndarray], const: dict[Value, np.ndarray], n: int) -> None:
+    if len(op.results) != 1:
+        return
     out = op.results[0]
     code = op.opcode
     if code == "partition_id":
