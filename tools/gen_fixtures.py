@@ -80,6 +80,7 @@ from programs import (  # noqa: E402
     ring_attention,
     rmsnorm,
     rope_sp,
+    shard_map_in_jit,
     sorting,
     soundness,
     symbolic_layouts,
@@ -1329,6 +1330,33 @@ def _token_shift(name: str) -> Built:
     in_specs, out_spec = token_shift.specs()
     return partitioned_pair(name, token_shift.token_shift, mesh, token_shift.init(rng_for(name)), ["x", "mu"],
                             in_specs, out_spec)
+
+
+def _shard_map_in_jit(partial_manual: bool, shardy: bool = True) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "tp"))
+        in_specs, out_spec = shard_map_in_jit.specs()
+        return partitioned_pair(name, shard_map_in_jit.block(mesh, partial_manual), mesh,
+                                shard_map_in_jit.init(rng_for("shard_map_in_jit")), ["x", "w1", "w2", "g"], in_specs,
+                                out_spec, shardy=shardy)
+
+    return fn
+
+
+fixture("shard_map_in_jit_shardy", "a jitted block calling a shard_map (Megatron MLP by hand, manual over dp and "
+        "tp) beside RMSNorm and a residual left to the partitioner: the reference holds a manual region")(
+    _shard_map_in_jit(False))
+fixture("shard_map_in_jit_gspmd", "the same with jax_use_shardy_partitioner=False (the shard_map as "
+        "SPMDFullToShardShape custom calls in the reference)")(_shard_map_in_jit(False, shardy=False))
+fixture("shard_map_partial_manual_in_jit_shardy", "the same block with the shard_map manual over tp only "
+        "(axis_names={'tp'}): the batch split over dp stays with the partitioner inside it")(_shard_map_in_jit(True))
+
+
+@fixture("mut_shard_map_partial_manual_psum_wrong_axis", "shard_map_partial_manual_in_jit_shardy after.hlo with "
+         "the hand-written psum over tp moved to the dp groups")
+def _mut_partial_manual_psum(name: str) -> Built:
+    return _allreduce_groups_changed(name, "shard_map_partial_manual_in_jit_shardy", "psum", "{{0,1,2,3},{4,5,6,7}}",
+                                     "{{0,4},{1,5},{2,6},{3,7}}", "the MLP's partial sums over tp")
 
 
 def _pipeline(variant: str) -> Callable[[str], Built]:

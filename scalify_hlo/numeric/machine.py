@@ -287,8 +287,18 @@ def assemble(stacked: np.ndarray, layout: Layout, mesh: Mesh,
 # ------------------------------------------------------------------------------------- before / after
 
 def run_before(module: Module, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """The reference: global inputs, one device, global outputs."""
+    """The reference: global inputs, one device, global outputs (or every device of its mesh, alike, when it
+    calls a shard_map under GSPMD: its boundary custom calls shard per device)."""
+    if boundary.is_gspmd_manual(module):
+        return _run_replicated(module, inputs)
     return [o[0] for o in run(module, [np.asarray(x)[None] for x in inputs], 1)]
+
+
+def _run_replicated(module: Module, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """A global program whose shard_map body runs per device between two custom calls: on every device with
+    the global values replicated (all devices compute them alike)."""
+    n = module_mesh(module, module.main).size
+    return [o[0] for o in run(module, [np.broadcast_to(np.asarray(x)[None], (n, *np.shape(x))) for x in inputs], n)]
 
 
 def is_shard_map(module: Module) -> bool:
@@ -329,11 +339,7 @@ def run_after(module: Module, inputs: Sequence[np.ndarray], mesh: Mesh | None = 
     if is_shard_map(module):
         return run_before(module, inputs)
     if boundary.is_gspmd_manual(module):
-        # A shard_map under GSPMD: a global program whose body runs per device between two custom calls.
-        # Run on every device with the global values replicated (all devices compute them alike).
-        n = module_mesh(module, module.main).size
-        return [o[0] for o in run(module, [np.broadcast_to(np.asarray(x)[None], (n, *np.shape(x)))
-                                           for x in inputs], n)]
+        return _run_replicated(module, inputs)
     f = module.main
     mesh = mesh or spmd_mesh(module)
     if module.num_partitions > 1 and mesh.size != module.num_partitions:

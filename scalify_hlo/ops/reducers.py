@@ -70,7 +70,7 @@ def is_identity(value: float | int | None, reducer: Reducer, dtype: str) -> bool
 
 def reducer_of(region: Region) -> Reducer | None:
     """The reducer of a two-argument region that applies one associative op to its arguments; also where
-    float converts stand around the op (XLA's float normalization: a bf16 reduction computed in f32, or an
+    sharding constraints or float converts stand around the op (XLA's float normalization: a bf16 reduction computed in f32, or an
     f32 one rounded to bf16 at each step): the same reducer over the reals."""
     if len(region.args) != 2 or len(region.results) != 1:
         return None
@@ -78,7 +78,9 @@ def reducer_of(region: Region) -> Reducer | None:
     used: set[int] = set()
 
     def through_converts(v: Value) -> Value:
-        while (op := defs.get(v)) is not None and op.opcode == "convert" and _is_float(v) and _is_float(op.operands[0]):
+        # (and identities: the sharding constraint a partially manual shard_map's psum body carries, a copy in HLO)
+        while (op := defs.get(v)) is not None and (op.opcode in ("sharding_constraint", "copy") or (
+                op.opcode == "convert" and _is_float(v) and _is_float(op.operands[0]))):
             used.add(id(op))
             v = op.operands[0]
         return v

@@ -484,11 +484,15 @@ def _manual(d: Deriver, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         ins, outs, axes = manual_layouts(op, d.mesh)
     except ShardingError as err:
         return tuple(d.ctx.unsupported(op, err.message) for _ in op.results)
-    trivial = {a for a, s in d.mesh.axes if s == 1}  # a size-1 axis is manual and auto alike
-    if set(axes) - trivial != set(d.mesh.names) - trivial:
-        missing = sorted(set(d.mesh.names) - set(axes) - trivial)
-        return tuple(d.ctx.unsupported(op, f"a shard_map manual over only some axes (auto: {missing})")
-                     for _ in op.results)
+    # Manual over some axes only (`jax.shard_map(..., axis_names={"tp"})`): the body's values are the
+    # shards over those axes and whole along the others (no collective or axis_index may name an auto
+    # axis there), so it is read as a body replicated over the auto axes, provided no operand or result is
+    # declared split over one.
+    auto = set(d.mesh.names) - set(axes)
+    named = {a for layout in (*ins, *outs) for a in (*layout.split_axes(), *layout.partial_axes())}
+    if named & auto:
+        return tuple(d.ctx.unsupported(op, f"a shard_map manual over only some axes with operands or results split "
+                                           f"over the others ({sorted(named & auto)})") for _ in op.results)
     args: list[Fact] = []
     for f, layout in zip(facts, ins, strict=True):
         g = d.lift(f)

@@ -22,6 +22,7 @@ import scalify_hlo.parsers as parsers  # (installed from ./parsers: mypy cannot 
 from scalify_hlo.ir import _jaxlib
 from scalify_hlo.ir.errors import MismatchError, Span, UsageError
 from scalify_hlo.ir.nodes import Module, Op, TensorType, walk
+from scalify_hlo.layout.boundary import is_gspmd_manual
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.layout.program import Program, prepare, prepare_against
 from scalify_hlo.parsers.chlo import expand_for_hlo
@@ -214,7 +215,11 @@ class _Prover:
         # Every reference loop, as the before program reads it (loop bodies too, each time an induction
         # re-reads the body around them): the loops an after loop may be proven against.
         self.loops: dict[tuple[int, ...], list[_RefLoop]] = {}
-        bd = Deriver(self.terms, Mesh(()), plain=plain, loops=self._reference_loop, deadline=self.deadline)
+        # A reference with a shard_map inside (a jit that calls one) reads it over the module's mesh; what
+        # surrounds it, and so every output, is global.
+        manual = (bp.form == "manual" or is_gspmd_manual(bp.module)) and not plain
+        bd = Deriver(self.terms, bp.mesh if manual else Mesh(()), plain=plain, loops=self._reference_loop,
+                     deadline=self.deadline)
         params = [self.terms.param(i, p.tensor, param_name(bp, i)) for i, p in enumerate(bp.func.params)]
         if self.opts.progress is not None:
             report = self.opts.progress
@@ -225,13 +230,15 @@ class _Prover:
         before_terms: list[Term] = []
         for j, f in enumerate(bouts):
             g = bd.lift(f)
+            if isinstance(g, Holds) and g.layout.partial:
+                g = Failed(f"a value still partial over {sorted(g.layout.partial_axes())} leaves a shard_map", None, False)
             if not isinstance(g, Holds):
                 reason = f"the before program's output {j} cannot be read: " + (
                     g.reason if isinstance(g, Failed) else "a non-tensor result")
                 at = g.op if isinstance(g, Failed) else None
                 return self._report(Unknown(reason, (Finding(reason, before=Site.of(at)),) if at else ()))
             before_terms.append(g.term)
-        if bp.form != "global" and not plain:
+        if bp.form not in ("global", "manual") and not plain:
             return self._report(Unknown(f"the before program is a {bp.form} program; expected a single-device one"))
         before_values = [f.term for f in bd.facts.values() if isinstance(f, Holds)]
         self.sync = Sync(self.egraph, before_values)
