@@ -61,46 +61,47 @@ _NEG, _POS = -(1 << 62), 1 << 62
 
 
 def settled_mask(ctx: Ctx, f: Fact) -> Fact:
-    """A mask no masking rule reads (`one_hot(top, e)` with the classes split so that each device holds one:
-    `top == axis_index`) as the block it is, where the base has a unit dim that is whole: along it, the
-    tensor whose block on each device is that device's window test. The window's ends must step by the
-    same amount along some mesh axes (`lo = lo₀ + s · index`). Any other fact as it is."""
+    """A mask no masking rule reads, as the tensor it is: with the same window on every device (a case of a
+    case split, the device fixed), the plain test of the base; else, where the base has a unit dim that is
+    whole (`one_hot(top, e)` with one class per device: `top == axis_index`), the tensor along that dim
+    whose block on each device is that device's test, provided the window's ends step by the same amount
+    along some mesh axes (`lo = lo₀ + s · index`). Any other fact as it is."""
     if not isinstance(f, InWindow) or f.base.layout.partial:
         return f
     base, lo, hi = f.base, f.window.lo.astype(np.int64), f.window.hi.astype(np.int64)
-    shape = base.term.type.shape
-    unit = next((d for d, n in enumerate(shape) if n == 1 and not base.layout.dims[d]), None)
-    ends = [e for e, inf in ((lo, lo <= _NEG), (hi, hi >= _POS)) if not inf.any()]
-    if unit is None or not ends or any(inf.any() and not inf.all() for inf in (lo <= _NEG, hi >= _POS)):
+    lo_inf, hi_inf = lo <= _NEG, hi >= _POS
+    ends = [e for e, inf in ((lo, lo_inf), (hi, hi_inf)) if not inf.any()]
+    if not ends or any(inf.any() and not inf.all() for inf in (lo_inf, hi_inf)):
         return f
     first = int(ctx.mesh.device_array().reshape(-1)[0])
-    match = match_axis_index(ends[0] - ends[0][first], ctx.mesh)
-    if match is None or any(not np.array_equal(e - e[first], ends[0] - ends[0][first]) for e in ends):
+    steps = ends[0] - ends[0][first]
+    match = match_axis_index(steps, ctx.mesh)
+    if match is None or any(not np.array_equal(e - e[first], steps) for e in ends):
         return f
     axes, scale = match
-    if set(axes) & base.layout.split_axes():
-        return f
-    n = ctx.mesh.size_of(axes)
-    wide = ctx.terms.tile(base.term, unit, n)
-    step = ctx.terms.iota(unit, wide.type)
-    if scale != 1:
-        step = ctx.terms.apply("multiply", (step, ctx.terms.splat(float(scale), wide.type)), (), wide.type)
-
-    def bound(e: np.ndarray) -> Term:
-        shifted = ctx.terms.apply("add", (step, ctx.terms.splat(float(e[first]), wide.type)), (), wide.type)
-        return shifted if e[first] else step
-
+    if not axes:  # the same window everywhere
+        wide, unit, step = base.term, None, None
+    else:
+        unit = next((d for d, n in enumerate(base.term.type.shape) if n == 1 and not base.layout.dims[d]), None)
+        if unit is None or set(axes) & base.layout.split_axes():
+            return f
+        wide = ctx.terms.tile(base.term, unit, ctx.mesh.size_of(axes))
+        step = ctx.terms.iota(unit, wide.type)
+        if scale != 1:
+            step = ctx.terms.apply("multiply", (step, ctx.terms.splat(float(scale), wide.type)), (), wide.type)
     pred = TensorType(wide.type.shape, "i1")
 
     def test(direction: str, e: np.ndarray) -> Term:
-        return ctx.terms.apply("compare", (wide, bound(e)), (("comparison_direction", direction),), pred)
+        at = ctx.terms.splat(float(e[first]), wide.type)
+        if step is not None:
+            at = ctx.terms.apply("add", (step, at), (), wide.type) if e[first] else step
+        return ctx.terms.apply("compare", (wide, at), (("comparison_direction", direction),), pred)
 
-    lo_inf, hi_inf = bool((lo <= _NEG).all()), bool((hi >= _POS).all())
-    if not lo_inf and not hi_inf and np.all(hi - lo == 1):
+    if not lo_inf.any() and not hi_inf.any() and np.all(hi - lo == 1):
         term = test("EQ", lo)
-    elif lo_inf:
+    elif lo_inf.all():
         term = test("LT", hi)
-    elif hi_inf:
+    elif hi_inf.all():
         term = test("GE", lo)
     else:
         term = ctx.terms.apply("and", (test("GE", lo), test("LT", hi)), (), pred)

@@ -108,3 +108,38 @@ def test_no_false_equivalent_among_lookup_mutants(name: str, stride: int) -> Non
     seen = every_mutant_checked(parsers.load(fx.before), parsers.load(fx.after),
                                 lambda b, a: prove(b, a, Options(assume=fx.assume)).name, stride=stride)
     assert sum(seen.values()) >= 15 // stride and seen.get("discrepancy", 0) > 0, seen
+
+
+@pytest.mark.parametrize(("lo", "unit", "settles"), [
+    ([0, 1, 2, 3], True, True),  # top == axis_index, one class per device: a block of one_hot(top)
+    ([2, 2, 2, 2], False, True),  # the same window on every device (a case split's case): a plain test
+    ([0, 1, 2, 3], False, False),  # per device, with no dim to hold the blocks: stays a mask
+    ([0, 2, 1, 3], True, False),  # not a block index of the devices
+])
+def test_a_mask_no_rule_reads_settles_into_the_tensor_it_is(lo: list[int], unit: bool, settles: bool) -> None:
+    """masked_moves.settled_mask: each device's test of its window is the block of one tensor, evaluated."""
+    from scalify_hlo.rules.facts import Holds, InWindow, Window
+    from scalify_hlo.rules.masked_moves import settled_mask
+
+    import scalify_hlo.ops.registry  # noqa: F401  (the kernels the term evaluation runs)
+    from scalify_hlo.ir.nodes import TensorType
+    from scalify_hlo.layout.mesh import Layout, Mesh
+    from scalify_hlo.numeric.machine import shard
+    from scalify_hlo.prove.derive import Deriver
+    from scalify_hlo.terms.evaluate import evaluate
+
+    mesh = Mesh((("tp", 4),))
+    terms = Terms()
+    ctx = Deriver(terms, mesh).ctx
+    shape = (16, 1) if unit else (16, 8)
+    top = terms.param(0, TensorType(shape, "i32"), "top")
+    window = Window(np.array(lo), np.array(lo) + 1)
+    settled = settled_mask(ctx, InWindow(Holds(top, Layout.replicated(2)), window))
+    if not settles:
+        assert isinstance(settled, InWindow)
+        return
+    assert isinstance(settled, Holds)
+    tops = np.random.default_rng(0).integers(0, 4, shape).astype(np.int32)
+    blocks = shard(np.asarray(evaluate(settled.term, {top.id: tops})), settled.layout, mesh)
+    for device in range(4):
+        np.testing.assert_array_equal(blocks[device], tops == lo[device])

@@ -410,6 +410,13 @@ def hlo_instructions(text: str, opcode: str) -> list[str]:
     return out
 
 
+def sole_instruction(text: str, opcode: str, pattern: str, what: str) -> tuple[str, int, str]:
+    """(name, line index, line) of the one `opcode` instruction whose line matches `pattern`."""
+    hits = [n for n in hlo_instructions(text, opcode) if re.search(pattern, hlo_instruction_line(text, n)[1])]
+    assert len(hits) == 1, f"expected one {what}, got {hits}"
+    return (hits[0], *hlo_instruction_line(text, hits[0]))
+
+
 def replace_line(text: str, index: int, new_line: str) -> str:
     lines = text.split("\n")
     lines[index] = new_line
@@ -1294,15 +1301,12 @@ def _gqa_sub_axis(name: str) -> Built:
 @fixture("mut_gqa_kv_head_offsets_swapped", "gqa_kv_heads_sub_axis_shardy after.hlo with the table of KV-head "
          "offsets {0, 4} changed to {4, 0}: each device attends with the other group's keys and values")
 def _mut_gqa_offsets(name: str) -> Built:
-    base = build("gqa_kv_heads_sub_axis_shardy")
-    text = base.after_text
-    tables = [n for n in hlo_instructions(text, "constant")
-              if re.search(r"= s32\[2\]\{0\} constant\(\{0, 4\}\)", hlo_instruction_line(text, n)[1])]
-    assert len(tables) == 1, f"expected one s32[2] offset table {{0, 4}}, got {tables}"
-    idx, line = hlo_instruction_line(text, tables[0])
+    text = build("gqa_kv_heads_sub_axis_shardy").after_text
+    table, idx, line = sole_instruction(text, "constant", r"= s32\[2\]\{0\} constant\(\{0, 4\}\)",
+                                        "s32[2] offset table {0, 4}")
     new = replace_line(text, idx, line.replace("constant({0, 4})", "constant({4, 0})"))
-    return mutated(name, "gqa_kv_heads_sub_axis_shardy", new, tables[0],
-                   f"offset table {tables[0]} of the KV heads' column blocks reversed")
+    return mutated(name, "gqa_kv_heads_sub_axis_shardy", new, table, f"offset table {table} of the KV heads' column "
+                   "blocks reversed")
 
 
 @fixture("moe_dense_dispatch_shardy", "dense top-1 mixture of experts, one expert per tp device: one_hot(argmax) "
@@ -2103,17 +2107,14 @@ fixture("oc_argmin_split_dim_shardy", "jnp.argmin over the dim split over tp (2x
 @fixture("oc_argmax_split_dim_local_index_mutated", "oc_argmax_split_dim_shardy after.hlo with the block "
          "reduce's indices local (the iota without the shard offset)")
 def _oc_argmax_local_index(name: str) -> Built:
-    base = build("oc_argmax_split_dim_shardy")
-    text = base.after_text
-    bcasts = [n for n in hlo_instructions(text, "broadcast")
-              if re.search(r"s32\[4,8\]\{1,0\} broadcast\(%add\)", hlo_instruction_line(text, n)[1])]
-    assert len(bcasts) == 1, f"expected one broadcast of the offset iota, got {bcasts}"
-    idx, line = hlo_instruction_line(text, bcasts[0])
+    text = build("oc_argmax_split_dim_shardy").after_text
+    bcast, idx, line = sole_instruction(text, "broadcast", r"s32\[4,8\]\{1,0\} broadcast\(%add\)",
+                                        "broadcast of the offset iota")
     iotas = hlo_instructions(text, "iota")
     assert len(iotas) == 1, iotas
     new = replace_line(text, idx, line.replace("broadcast(%add)", f"broadcast({iotas[0]})"))
-    return mutated(name, "oc_argmax_split_dim_shardy", new, bcasts[0],
-                   f"{bcasts[0]}: the block indices without the shard offset (local, not global)")
+    return mutated(name, "oc_argmax_split_dim_shardy", new, bcast,
+                   f"{bcast}: the block indices without the shard offset (local, not global)")
 
 
 fixture("oc_avg_pool_shard_map", "2x2 average pooling (reduce_window add, stride 2) of NHWC, batch split "
