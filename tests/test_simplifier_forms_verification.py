@@ -250,3 +250,18 @@ def test_a_logical_reduce_over_broadcast_dims_drops_them(reducer: str, init: flo
     h = _bcast(terms, terms.param(1, _t(16), "h"), (0,), _t(16, 4))
     assert _reduce(terms, h, (1,), 0.0, _t(16)).op == "reduce"
     assert _reduce(terms, h, (1,), -math.inf, _t(16), "max").op == "reduce"
+
+
+@pytest.mark.parametrize(("direction", "flag", "negated"), [("NE", 0.0, False), ("EQ", 1.0, False),
+                                                            ("EQ", 0.0, True), ("NE", 1.0, True)])
+def test_a_boolean_compared_with_a_constant_is_itself_or_its_negation(direction: str, flag: float,
+                                                                      negated: bool) -> None:
+    """JAX writes a while loop's `i < 5` as `(i < 5) != False`; XLA's simplifier drops the comparison."""
+    terms = Terms()
+    p = terms.param(0, _t(8, dtype="i1"), "p")
+    attrs = (("comparison_direction", direction),)
+    canon = terms.apply("compare", (p, terms.splat(flag, _t(8, dtype="i1"))), attrs, _t(8, dtype="i1"))
+    assert canon is (terms.apply("not", (p,), (), _t(8, dtype="i1")) if negated else p), canon
+    plain = terms.mk("compare", (p, terms.splat(flag, _t(8, dtype="i1"))), attrs, _t(8, dtype="i1"))
+    ps = np.array([True, False] * 4)
+    np.testing.assert_array_equal(evaluate(canon, {p.id: ps}), evaluate(plain, {p.id: ps}))

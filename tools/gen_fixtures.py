@@ -57,6 +57,7 @@ if str(TOOLS) not in sys.path:
 from programs import (  # noqa: E402
     block_reductions,
     control_flow,
+    convergence,
     convolution,
     dp_mean,
     false_alarms,
@@ -1361,6 +1362,15 @@ fixture("shard_map_partial_manual_in_jit_shardy", "the same block with the shard
 def _mut_partial_manual_psum(name: str) -> Built:
     return _allreduce_groups_changed(name, "shard_map_partial_manual_in_jit_shardy", "psum", "{{0,1,2,3},{4,5,6,7}}",
                                      "{{0,4},{1,5},{2,6},{3,7}}", "the MLP's partial sums over tp")
+
+
+@fixture("fixed_point_while_shardy", "a while loop iterating tanh(h @ w) / 2 until max |h| <= 1e-3 or 5 steps, "
+         "batch over dp and w over tp: the condition's maximum all-reduced in the partitioned loop")
+def _fixed_point(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = convergence.specs()
+    return partitioned_pair(name, convergence.iterate, mesh, convergence.init(rng_for(name)), ["x", "w"], in_specs,
+                            out_spec)
 
 
 def _pipeline(variant: str) -> Callable[[str], Built]:

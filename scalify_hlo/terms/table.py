@@ -432,6 +432,10 @@ def _compare(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
     decided = ranges.fold_compare(terms, args, a["comparison_direction"], type)
     if decided is not None:
         return decided
+    if dtype == "i1" and a["comparison_direction"] in ("EQ", "NE") and (flag := scalar_value(args[1])) is not None:
+        # A boolean compared with a constant is itself or its negation (`jnp.asarray(p) != False`).
+        same = (flag != 0) == (a["comparison_direction"] == "EQ")
+        return args[0] if same else terms.apply("not", (args[0],), (), type)
     attrs = (("comparison_direction", a["comparison_direction"]),)
     # Like every elementwise op, broadcasts go outermost: a causal mask built at batch 1 and broadcast
     # (the partitioner's) and one built from iotas broadcast over the batch (the reference's) are one term.
