@@ -70,8 +70,8 @@ def is_identity(value: float | int | None, reducer: Reducer, dtype: str) -> bool
 
 def reducer_of(region: Region) -> Reducer | None:
     """The reducer of a two-argument region that applies one associative op to its arguments; also where
-    sharding constraints or float converts stand around the op (XLA's float normalization: a bf16 reduction computed in f32, or an
-    f32 one rounded to bf16 at each step): the same reducer over the reals."""
+    sharding constraints or float converts stand around the op (XLA's float normalization: a bf16 reduction
+    computed in f32, or an f32 one rounded to bf16 at each step): the same reducer over the reals."""
     if len(region.args) != 2 or len(region.results) != 1:
         return None
     defs = {r: op for op in region.ops for r in op.results}

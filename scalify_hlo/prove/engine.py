@@ -232,6 +232,9 @@ class _Prover:
             g = bd.lift(f)
             if isinstance(g, Holds) and g.layout.partial:
                 g = Failed(f"a value still partial over {sorted(g.layout.partial_axes())} leaves a shard_map", None, False)
+            elif isinstance(f, Varying) and isinstance(g, Holds) and g.layout.split_axes():
+                # (a global program has one value, not one per device: no layout reads it as blocks)
+                g = Failed("a value that differs from device to device is an output of the reference", None, False)
             if not isinstance(g, Holds):
                 reason = f"the before program's output {j} cannot be read: " + (
                     g.reason if isinstance(g, Failed) else "a non-tensor result")
