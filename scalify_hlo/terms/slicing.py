@@ -325,9 +325,9 @@ def masked_pad(on_true: Term, on_false: Term, pred: Term) -> Term | None:
     the fill there. None otherwise."""
     if on_true.op != "pad" or any(on_true.attr("interior_padding")):
         return None
-    fill = scalar_value(on_true.args[1])
-    if fill is None or scalar_value(on_false) != fill:
-        return None
+    fill, other = scalar_value(on_true.args[1]), scalar_value(on_false)
+    if fill is None or other is None or other != fill or math.copysign(1, other) != math.copysign(1, fill):
+        return None  # (the same value, -0.0 and 0.0 told apart)
     window = iota_window(pred)
     if window is None:
         return None
