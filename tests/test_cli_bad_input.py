@@ -30,9 +30,18 @@ X_SHARDING = "sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}"  # its pa
 
 
 def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """`python -m scalify_hlo ARGS` in a subprocess: for inputs on which XLA would abort its process."""
     env = dict(os.environ, SCALIFY_DEBUG="")
     return subprocess.run([sys.executable, "-m", "scalify_hlo", *map(str, args)], capture_output=True,
                           text=True, timeout=120, env=env)
+
+
+def run_here(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The same in this process (`CliRunner`): an exception other than the exit would be a traceback."""
+    result = invoke(*args, env={"SCALIFY_DEBUG": ""})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess([str(a) for a in args], result.exit_code, result.stdout, result.stderr)
 
 
 def assert_bad_input(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -46,10 +55,11 @@ def assert_bad_input(proc: subprocess.CompletedProcess[str], *needles: str) -> N
 def test_empty_file(tmp_path: Path) -> None:
     empty = tmp_path / "empty.mlir"
     empty.write_text("")
-    assert_bad_input(run_cli("diff", empty, MLP / "after.hlo"), str(empty), "empty")
+    assert_bad_input(run_here("diff", empty, MLP / "after.hlo"), str(empty), "empty")
 
 
 def test_binary_garbage(tmp_path: Path) -> None:
+    # a subprocess: the script itself, on bytes that reach no parser
     junk = tmp_path / "junk.hlo"
     junk.write_bytes(bytes(range(256)) * 4)
     assert_bad_input(run_cli("diff", MLP / "before.mlir", junk), str(junk), "binary")
@@ -59,7 +69,7 @@ def test_truncated_mlir_names_the_line(tmp_path: Path) -> None:
     text = (MLP / "before.mlir").read_text().splitlines()
     cut = tmp_path / "cut.mlir"
     cut.write_text("\n".join(text[: len(text) // 3]) + "\n")
-    proc = run_cli("diff", cut, MLP / "after.hlo")
+    proc = run_here("diff", cut, MLP / "after.hlo")
     assert_bad_input(proc, f"{cut}:", "StableHLO")
 
 
@@ -67,7 +77,7 @@ def test_truncated_hlo_names_the_line(tmp_path: Path) -> None:
     text = (MLP / "after.hlo").read_text().splitlines()
     cut = tmp_path / "cut.hlo"
     cut.write_text("\n".join(text[: len(text) - 3]) + "\n")
-    assert_bad_input(run_cli("diff", MLP / "before.mlir", cut), f"{cut}:", "HLO")
+    assert_bad_input(run_here("diff", MLP / "before.mlir", cut), f"{cut}:", "HLO")
 
 
 def test_elided_constant_is_refused(tmp_path: Path) -> None:
@@ -80,7 +90,7 @@ def test_elided_constant_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "after.hlo"
     path.write_text(elided)
     line = elided[: elided.index("constant({...})")].count("\n") + 1
-    assert_bad_input(run_cli("diff", fx / "before.mlir", path), f"{path}:{line}", "--xla_dump_large_constants")
+    assert_bad_input(run_here("diff", fx / "before.mlir", path), f"{path}:{line}", "--xla_dump_large_constants")
 
 
 @pytest.mark.parametrize(("old", "new", "needle"), [
@@ -104,21 +114,21 @@ def test_wrong_dialect(tmp_path: Path) -> None:
     other = tmp_path / "arith.mlir"
     other.write_text("module {\n  func.func @main(%a: i32) -> i32 {\n    %0 = arith.addi %a, %a : i32\n"
                      "    return %0 : i32\n  }\n}\n")
-    assert_bad_input(run_cli("show", other), str(other), "arith.addi")
+    assert_bad_input(run_here("show", other), str(other), "arith.addi")
 
 
 def test_unknown_content(tmp_path: Path) -> None:
     prose = tmp_path / "notes.txt"
     prose.write_text("these are not the programs you are looking for\n")
-    assert_bad_input(run_cli("show", prose), f"{prose}:1", "expected")
+    assert_bad_input(run_here("show", prose), f"{prose}:1", "expected")
 
 
 def test_missing_file() -> None:
-    assert_bad_input(run_cli("diff", MLP / "before.mlir", "no/such/file.hlo"), "no/such/file.hlo")
+    assert_bad_input(run_here("diff", MLP / "before.mlir", "no/such/file.hlo"), "no/such/file.hlo")
 
 
 def test_mismatched_pair_different_inputs() -> None:
-    proc = run_cli("diff", MLP / "before.mlir", FIXTURES / "llama_block_shardy" / "after.hlo")
+    proc = run_here("diff", MLP / "before.mlir", FIXTURES / "llama_block_shardy" / "after.hlo")
     assert_bad_input(proc, "parameters")
 
 
@@ -131,13 +141,13 @@ def test_mismatched_pair_different_shapes() -> None:
         refs[d.name] = (len(f.params), len(f.outputs), [str(p.type) for p in f.params])
     pair = next((a, b) for a in refs for b in refs
                 if refs[a][:2] == refs[b][:2] and refs[a][2] != refs[b][2] and (FIXTURES / b / "after.mlir").exists())
-    proc = run_cli("diff", FIXTURES / pair[0] / "before.mlir", FIXTURES / pair[1] / "after.mlir")
+    proc = run_here("diff", FIXTURES / pair[0] / "before.mlir", FIXTURES / pair[1] / "after.mlir")
     assert_bad_input(proc, "parameter", "expected")
 
 
 @pytest.mark.parametrize("args", [("diff",), ("diff", "--bogus", "a", "b"), ("frobnicate",)])
 def test_usage_errors(args: tuple[str, ...]) -> None:
-    assert_bad_input(run_cli(*args))
+    assert_bad_input(run_here(*args))
 
 
 EMBED = FIXTURES / "embed_vocab_shard_map"
@@ -151,7 +161,7 @@ EMBED = FIXTURES / "embed_vocab_shard_map"
     ("ids=0:99999999999", ("within [-2147483648, 2147483648)",)),
 ])
 def test_bad_assumption(assume: str, needles: tuple[str, ...]) -> None:
-    assert_bad_input(run_cli("diff", EMBED / "before.mlir", EMBED / "after.mlir", "--assume", assume), *needles)
+    assert_bad_input(run_here("diff", EMBED / "before.mlir", EMBED / "after.mlir", "--assume", assume), *needles)
 
 
 # ------------------------------------------------------------------------------ in-process: CliRunner
