@@ -27,7 +27,7 @@ from scalify_hlo.rules.facts import Ctx, Fact, Failed, Fill, Halo, Holds, Varyin
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Literal, Op, TensorType
 from scalify_hlo.layout.groups import axis_shift, match_axis_index
-from scalify_hlo.layout.mesh import Layout, Mesh
+from scalify_hlo.layout.mesh import Layout, Mesh, Reducer
 from scalify_hlo.terms.slicing import slice_along
 from scalify_hlo.terms.term import Term, scalar_value
 
@@ -66,6 +66,8 @@ def transfer(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | No
             return (_concatenate(ctx, op, facts),)
         case "select":
             return (_select(ctx, op, facts),)
+        case "copy" | "optimization_barrier" if len(facts) == 1:
+            return facts  # (identities: the rows are those of the operand)
     h = next(f for f in facts if isinstance(f, Halo))
     return tuple(ctx.unsupported(op, f"{op.opcode} of a value that holds {describe(h, ctx)}: no rule reads such "
                                      "rows except convolutions and window reductions (XLA's halo exchange)")
@@ -300,12 +302,41 @@ def _select(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
         return ctx.unsupported(op, "a select of halo rows by a mask that is not computed per device")
     if not keep_true:
         mask = ~mask
+    if c == 0.0 and (one := _one_device(ctx, h, mask)) is not None:
+        return one
     held = inside(h, ctx.mesh, shape)
     if not mask[held].all():
         return ctx.unsupported(op, "a mask that clears positions inside the tensor from a halo")
     if h.fill != c and mask[~held].any():
         return ctx.unsupported(op, "a mask that keeps positions outside the tensor in a halo")
     return dataclasses.replace(h, fill=c if outside(h, ctx.mesh) else h.fill)
+
+
+def _one_device(ctx: Ctx, h: Halo, mask: npt.NDArray[np.bool_]) -> Holds | None:
+    """The rows the devices at index `k` along the halo's axes hold, kept there and zeroed on the others
+    (`select(axis_index == k, rows, 0)`, then a psum: how XLA hands every device `x[:, 0]` or `x[:, -1]` of a
+    sequence split over tp): a partial sum over those axes of that slice of the tensor. None otherwise (a
+    mask that is not whole per device, or rows that leave the tensor)."""
+    if len(h.sides) != 1 or h.base.layout.partial:
+        return None
+    ((d, lo, hi),) = h.sides
+    axes = h.base.layout.dims[d]
+    flat = mask.reshape(ctx.mesh.size, -1)
+    if not flat.size or not np.all(flat == flat[:, :1]):
+        return None
+    index = ctx.mesh.linear_index(np.arange(ctx.mesh.size), axes, devices=True)
+    kept = np.unique(index[flat[:, 0]])
+    if kept.size != 1 or not np.array_equal(flat[:, 0], index == kept[0]):
+        return None
+    if any(set(axes) & set(other) for i, other in enumerate(h.base.layout.dims) if i != d):
+        return None
+    block, n = block_of(h, d, ctx.mesh), h.base.term.type.shape[d]
+    first, last = int(kept[0]) * block - lo, (int(kept[0]) + 1) * block + hi
+    if first < 0 or last > n:
+        return None
+    rows_k = slice_along(ctx.terms, h.base.term, d, first, last)
+    dims = tuple(() if i == d else a for i, a in enumerate(h.base.layout.dims))
+    return Holds(rows_k, Layout(dims, tuple((a, Reducer.SUM) for a in axes)), h.origin)
 
 
 def _mask_values(ctx: Ctx, pred: Fact, shape: tuple[int, ...]) -> npt.NDArray[np.bool_] | None:

@@ -1373,6 +1373,15 @@ def _fixed_point(name: str) -> Built:
                             out_spec)
 
 
+@fixture("pooled_tokens_split_sequence_shardy", "the first token (CLS pooling) and the last (next-token logits) "
+         "of a sequence split over tp: each kept on the device holding it, zeroed elsewhere, all-reduced")
+def _pooled_tokens(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_specs = token_shift.pooled_specs()
+    return partitioned_pair(name, token_shift.pooled_tokens, mesh, token_shift.pooled_init(rng_for(name)),
+                            ["x", "w_cls", "w_out"], in_specs, out_specs)
+
+
 def _pipeline(variant: str) -> Callable[[str], Built]:
     def fn(name: str) -> Built:
         mesh = make_mesh((2, 4), ("pp", "dp"))
