@@ -81,9 +81,12 @@ class TupleFact:
     elements: tuple[Fact, ...]
 
 
+NEG, POS = -(1 << 62), 1 << 62  # a window's open ends: no bound below, none above
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Window:
-    """Per device `c`, the half-open range `[lo[c], hi[c])` of a base tensor's values."""
+    """Per device `c`, the half-open range `[lo[c], hi[c])` of a base tensor's values (`NEG`/`POS`: open)."""
 
     lo: np.ndarray
     hi: np.ndarray

@@ -15,6 +15,8 @@ from scalify_hlo.rules import indexing
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
 from scalify_hlo.rules.facts import (
+    NEG,
+    POS,
     Ctx,
     Fact,
     Failed,
@@ -57,9 +59,6 @@ def settled(ctx: Ctx, f: Fact) -> Fact:
     return Holds(ctx.terms.apply("add", (a, b), (), a.type), Layout(layout.dims, base.layout.partial), base.origin)
 
 
-_NEG, _POS = -(1 << 62), 1 << 62
-
-
 def settled_mask(ctx: Ctx, f: Fact) -> Fact:
     """A mask no masking rule reads, as the tensor it is: with the same window on every device (a case of a
     case split, the device fixed), the plain test of the base; else, where the base has a unit dim that is
@@ -69,7 +68,7 @@ def settled_mask(ctx: Ctx, f: Fact) -> Fact:
     if not isinstance(f, InWindow) or f.base.layout.partial:
         return f
     base, lo, hi = f.base, f.window.lo.astype(np.int64), f.window.hi.astype(np.int64)
-    lo_inf, hi_inf = lo <= _NEG, hi >= _POS
+    lo_inf, hi_inf = lo <= NEG, hi >= POS
     ends = [e for e, inf in ((lo, lo_inf), (hi, hi_inf)) if not inf.any()]
     if not ends or any(inf.any() and not inf.all() for inf in (lo_inf, hi_inf)):
         return f

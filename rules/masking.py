@@ -17,6 +17,8 @@ from collections.abc import Callable
 import numpy as np
 from scalify_hlo.rules import masked_moves as M
 from scalify_hlo.rules.facts import (
+    NEG,
+    POS,
     Ctx,
     Fact,
     Holds,
@@ -34,7 +36,6 @@ from scalify_hlo.layout.mesh import Layout, Reducer
 from scalify_hlo.ops.reducers import reducer_of
 from scalify_hlo.terms import ranges
 
-NEG, POS = -(1 << 62), 1 << 62
 _FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
 _MASKED = (Shifted, InWindow, Lookup)
 
