@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from scalify_hlo.ir.nodes import DotDims, TensorType
 from scalify_hlo.terms import precision, slicing
-from scalify_hlo.terms.movement import reshape_groups
+from scalify_hlo.terms.movement import reshape_groups, without_new_dims
 from scalify_hlo.terms.term import Term
 
 if TYPE_CHECKING:
@@ -49,18 +49,9 @@ def _broadcasts_out_of_dot(terms: Terms, args: tuple[Term, ...], a: dict[str, An
         drops.append(added - set(batch) - set(contract))
     if not any(drops):
         return None
-    narrow: list[Term] = []
-    renumber: list[dict[int, int]] = []
-    for t, drop in zip(args, drops, strict=True):
-        keep = [d for d in range(t.type.rank) if d not in drop]
-        renumber.append({d: i for i, d in enumerate(keep)})
-        if not drop:
-            narrow.append(t)
-            continue
-        bdims = tuple(renumber[-1][d] for d in t.attr("broadcast_dimensions"))
-        narrow.append(terms.apply("broadcast_in_dim", t.args, (("broadcast_dimensions", bdims),),
-                                  TensorType(tuple(t.type.shape[d] for d in keep), t.type.dtype)))
-    lm, rm = renumber
+    narrow = tuple(without_new_dims(terms, t, drop) if drop else t for t, drop in zip(args, drops, strict=True))
+    lm, rm = ({d: i for i, d in enumerate(k for k in range(t.type.rank) if k not in drop)}
+              for t, drop in zip(args, drops, strict=True))
     new = DotDims(tuple(lm[d] for d in dims.lhs_batch), tuple(rm[d] for d in dims.rhs_batch),
                   tuple(lm[d] for d in dims.lhs_contract), tuple(rm[d] for d in dims.rhs_contract))
     # Result dims: batch, lhs free, rhs free (in order); those of dropped dims are broadcast back.
@@ -70,7 +61,7 @@ def _broadcasts_out_of_dot(terms: Terms, args: tuple[Term, ...], a: dict[str, An
                 *(len(dims.lhs_batch) + i for i, d in enumerate(lfree) if d not in drops[0]),
                 *(len(dims.lhs_batch) + len(lfree) + i for i, d in enumerate(rfree) if d not in drops[1])]
     attrs = tuple((k, new if k == "dot_dimension_numbers" else v) for k, v in a.items())
-    inner = terms.apply("dot_general", tuple(narrow), attrs,
+    inner = terms.apply("dot_general", narrow, attrs,
                         TensorType(tuple(type.shape[i] for i in out_kept), type.dtype))
     return terms.apply("broadcast_in_dim", (inner,), (("broadcast_dimensions", tuple(out_kept)),), type)
 

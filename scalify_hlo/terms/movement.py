@@ -14,6 +14,7 @@ cost is linear in the number of dims, never in the number of elements.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -233,6 +234,17 @@ def reverse_blocks(terms: Terms, t: Term, d: int, n: int, *, within: bool) -> Te
     flipped = terms.apply("reverse", (cut,), (("dimensions", (d + 1 if within else d,)),), split)
     return terms.apply("reshape", (flipped,), (), t.type)
 
+
+
+def without_new_dims(terms: Terms, x: Term, drop: Iterable[int]) -> Term:
+    """The broadcast `x` without the dims in `drop`, each one it adds (not its operand's): the same broadcast,
+    narrower."""
+    gone = set(drop)
+    keep = [d for d in range(x.type.rank) if d not in gone]
+    at = {d: i for i, d in enumerate(keep)}
+    return terms.apply("broadcast_in_dim", x.args,
+                       (("broadcast_dimensions", tuple(at[d] for d in x.attr("broadcast_dimensions"))),),
+                       TensorType(tuple(x.type.shape[d] for d in keep), x.type.dtype))
 
 
 def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:

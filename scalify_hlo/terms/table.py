@@ -20,7 +20,7 @@ from scalify_hlo.ir.dtypes import LOW_FLOATS, numpy_dtype
 from scalify_hlo.ir.nodes import ConvDims, DotDims, Literal, TensorType
 from scalify_hlo.ops.elementwise import COMMUTATIVE, SHAPE_PRESERVING
 from scalify_hlo.terms import arith, dots, precision, ranges, reductions, slicing, topk
-from scalify_hlo.terms.movement import normalize, reshape_groups, reshape_outward
+from scalify_hlo.terms.movement import normalize, reshape_groups, reshape_outward, without_new_dims
 from scalify_hlo.terms.ranges import Interval
 from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
 
@@ -212,11 +212,9 @@ def _reshape(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tens
         # Unit dims a broadcast adds carry nothing the reshape keeps: `jnp.tile(x, (1, 2))` broadcasts to
         # [1, m, 2, n] first, a tiling built dim by dim to [m, 2, n]; both are one term without them.
         dims = tuple(x.attr("broadcast_dimensions"))
-        keep = [i for i, n in enumerate(x.type.shape) if n != 1 or i in dims]
-        if len(keep) < x.type.rank:
-            inner = terms.apply("broadcast_in_dim", x.args, (("broadcast_dimensions", tuple(keep.index(d) for d in dims)),),
-                                TensorType(tuple(x.type.shape[i] for i in keep), x.type.dtype))
-            return terms.apply("reshape", (inner,), (), type)
+        units = [i for i, n in enumerate(x.type.shape) if n == 1 and i not in dims]
+        if units:
+            return terms.apply("reshape", (without_new_dims(terms, x, units),), (), type)
     if x.op == "broadcast_in_dim" and (merged := _merge_new_dims(terms, x, type)) is not None:
         return merged
     if x.op == "broadcast_in_dim":
