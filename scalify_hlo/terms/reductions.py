@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from scalify_hlo.ir.nodes import TensorType
 from scalify_hlo.ops.reducers import Reducer, is_identity
+from scalify_hlo.terms.movement import without_new_dims
 from scalify_hlo.terms.term import Term, scalar_value
 
 if TYPE_CHECKING:
@@ -26,11 +27,7 @@ def added_units(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: T
     dims = tuple(a.get("dimensions") or ())
     if x.op != "reshape" or not dims or any(x.type.shape[d] != 1 for d in dims):
         return None
-    try:
-        reducer = Reducer(a.get("reducer"))
-    except ValueError:
-        return None
-    if not is_identity(scalar_value(init), reducer, type.dtype):
+    if _from_identity(a, init, type.dtype) is None:
         return None
     return terms.apply("reshape", (x,), (), type)
 
@@ -46,22 +43,25 @@ def over_broadcast(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type
     if len(args) != 2 or args[0].op != "broadcast_in_dim":
         return None
     x, init = args
-    try:
-        reducer = Reducer(a.get("reducer"))
-    except ValueError:
-        return None
-    if reducer not in _IDEMPOTENT or not is_identity(scalar_value(init), reducer, type.dtype):
+    reducer = _from_identity(a, init, type.dtype)
+    if reducer not in _IDEMPOTENT:
         return None
     dims = tuple(a.get("dimensions") or ())
     added = [d for d in dims if d not in x.attr("broadcast_dimensions")]
     if not added or any(x.type.shape[d] == 0 for d in added):  # (over no elements: the identity)
         return None
-    keep = [d for d in range(x.type.rank) if d not in added]
-    at = {d: i for i, d in enumerate(keep)}
-    kept = tuple(at[d] for d in x.attr("broadcast_dimensions"))
-    narrow = terms.apply("broadcast_in_dim", x.args, (("broadcast_dimensions", kept),),
-                         TensorType(tuple(x.type.shape[d] for d in keep), x.type.dtype))
+    narrow = without_new_dims(terms, x, added)
+    at = {d: i for i, d in enumerate(d for d in range(x.type.rank) if d not in added)}
     rest = tuple(at[d] for d in dims if d not in added)
     if not rest:
         return narrow
     return terms.apply("reduce", (narrow, init), (("dimensions", rest), ("reducer", reducer.value)), type)
+
+
+def _from_identity(a: dict[str, Any], init: Term, dtype: str) -> Reducer | None:
+    """The reduce's reducer, where it starts from that reducer's identity; else None."""
+    try:
+        reducer = Reducer(a.get("reducer"))
+    except ValueError:
+        return None
+    return reducer if is_identity(scalar_value(init), reducer, dtype) else None
