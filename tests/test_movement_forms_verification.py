@@ -78,6 +78,23 @@ def test_the_flattened_row_statistic_meets_the_reference_broadcast() -> None:
                                TensorType((2, 16, 32), F32))
 
 
+def _pad_rows(terms: Terms, low: int, high: int) -> tuple[Term, Term]:
+    """(y [7, 3], y padded with zero rows to [8, 3]: `low` before, `high` after)."""
+    y = terms.param(0, TensorType((7, 3), F32), "y")
+    attrs = (("edge_padding_high", (high, 0)), ("edge_padding_low", (low, 0)), ("interior_padding", (0, 0)))
+    return y, terms.apply("pad", (y, terms.scalar(0.0, F32)), attrs, TensorType((8, 3), F32))
+
+
+def _masked_is_the_pad(terms: Terms, y: Term, padded: Term, pred: Term, folds: bool) -> None:
+    """select(pred, padded, 0) is `padded` exactly when `folds`, and keeps the value either way."""
+    out = padded.type
+    canon = terms.apply("select", (pred, padded, terms.splat(0.0, out)), (), out)
+    plain = terms.mk("select", (pred, padded, terms.splat(0.0, out)), (), out)
+    assert (canon is padded) == folds, canon
+    env = {y.id: np.random.default_rng(0).standard_normal((7, 3)).astype(np.float32) + 5}  # (no zeros in y)
+    np.testing.assert_array_equal(evaluate(canon, env), evaluate(plain, env))
+
+
 @pytest.mark.parametrize(("direction", "k", "low", "high", "folds"), [
     ("GE", 1, 1, 0, True),  # iota >= 1 masks exactly the row a low pad of 1 added
     ("GT", 0, 1, 0, True),
@@ -90,33 +107,18 @@ def test_a_pad_masked_where_it_pads_is_the_pad(direction: str, k: int, low: int,
     """select(iota ⋈ k, pad(y, 0), 0): XLA's partitioner masks the rows a shift over a split dim brought in
     from outside the tensor, which the pad already fills."""
     terms = Terms()
-    y = terms.param(0, TensorType((7, 3), F32), "y")
-    out = TensorType((8, 3), F32)
-    pad_attrs = (("edge_padding_high", (high, 0)), ("edge_padding_low", (low, 0)), ("interior_padding", (0, 0)))
-    padded = terms.apply("pad", (y, terms.scalar(0.0, F32)), pad_attrs, out)
+    y, padded = _pad_rows(terms, low, high)
     test = terms.apply("compare", (terms.iota(0, TensorType((8,), "i32")), terms.splat(float(k), TensorType((8,), "i32"))),
                        (("comparison_direction", direction),), TensorType((8,), "i1"))
     pred = terms.apply("broadcast_in_dim", (test,), (("broadcast_dimensions", (0,)),), TensorType((8, 3), "i1"))
-    canon = terms.apply("select", (pred, padded, terms.splat(0.0, out)), (), out)
-    plain = terms.mk("select", (pred, padded, terms.splat(0.0, out)), (), out)
-    assert (canon is padded) == folds, canon
-    env = {y.id: np.random.default_rng(0).standard_normal((7, 3)).astype(np.float32) + 5}  # (no zeros in y)
-    np.testing.assert_array_equal(evaluate(canon, env), evaluate(plain, env))
+    _masked_is_the_pad(terms, y, padded, pred, folds)
 
 
 @pytest.mark.parametrize(("rows", "folds"), [((1, 8), True), ((2, 8), False), ((0, 8), True)])
 def test_a_pad_masked_by_a_constant_where_it_pads_is_the_pad(rows: tuple[int, int], folds: bool) -> None:
     """The same mask folded to a constant (a per-device mask lifted to the tensor of its shards)."""
     terms = Terms()
-    y = terms.param(0, TensorType((7, 3), F32), "y")
-    out = TensorType((8, 3), F32)
-    pad_attrs = (("edge_padding_high", (0, 0)), ("edge_padding_low", (1, 0)), ("interior_padding", (0, 0)))
-    padded = terms.apply("pad", (y, terms.scalar(0.0, F32)), pad_attrs, out)
+    y, padded = _pad_rows(terms, 1, 0)
     mask = np.zeros((8, 3), dtype=bool)
     mask[rows[0]:rows[1]] = True
-    pred = terms.constant(Literal(mask, "i1"), TensorType((8, 3), "i1"))
-    canon = terms.apply("select", (pred, padded, terms.splat(0.0, out)), (), out)
-    plain = terms.mk("select", (pred, padded, terms.splat(0.0, out)), (), out)
-    assert (canon is padded) == folds, canon
-    env = {y.id: np.random.default_rng(1).standard_normal((7, 3)).astype(np.float32) + 5}
-    np.testing.assert_array_equal(evaluate(canon, env), evaluate(plain, env))
+    _masked_is_the_pad(terms, y, padded, terms.constant(Literal(mask, "i1"), TensorType((8, 3), "i1")), folds)
