@@ -823,13 +823,11 @@ def _mut_replica_groups(name: str) -> Built:
         return "{" + ",".join("{" + ",".join(str(int(d)) for d in row) + "}" for row in rows) + "}"
 
     tp_groups, dp_groups = groups(devices), groups(devices.T)
-    candidates = [n for n in hlo_instructions(text, "all-reduce")
-                  if f"replica_groups={tp_groups}" in hlo_instruction_line(text, n)[1]]
-    assert len(candidates) == 1, f"expected one all-reduce over {tp_groups}, got {candidates}"
-    idx, line = hlo_instruction_line(text, candidates[0])
+    target, idx, line = sole_instruction(text, "all-reduce", re.escape(f"replica_groups={tp_groups}"),
+                                         f"all-reduce over {tp_groups}")
     new = replace_line(text, idx, line.replace(f"replica_groups={tp_groups}", f"replica_groups={dp_groups}"))
-    return mutated(name, "megatron_mlp_shardy", new, candidates[0],
-                   f"all-reduce {candidates[0]}: replica_groups {tp_groups} (tp) swapped for {dp_groups} (dp)")
+    return mutated(name, "megatron_mlp_shardy", new, target,
+                   f"all-reduce {target}: replica_groups {tp_groups} (tp) swapped for {dp_groups} (dp)")
 
 
 @fixture("mut_allreduce_reducer", "llama_block_shardy after.hlo with the FFN-down all-reduce's reducer "
@@ -918,10 +916,7 @@ def _mut_constant_changed(name: str) -> Built:
     base = build("llama_block_shardy")
     text = base.after_text
     d = float(llama.TINY.d_model)
-    consts = [n for n in hlo_instructions(text, "constant")
-              if re.search(rf"= f32\[\] constant\({d:g}\)", hlo_instruction_line(text, n)[1])]
-    assert len(consts) == 1, f"expected one f32[] constant({d:g}), got {consts}"
-    const = consts[0]
+    const = sole_instruction(text, "constant", rf"= f32\[\] constant\({d:g}\)", f"f32[] constant({d:g})")[0]
 
     # Walk users (through metadata-less broadcasts) to the first divide in rms_norm.
     def first_divide(n: str) -> tuple[str, str] | None:
@@ -1709,13 +1704,11 @@ def _fa_groups_permuted(name: str) -> Built:
     base = build("megatron_mlp_shardy")
     text = base.after_text
     old, new_groups = "{{0,1,2,3},{4,5,6,7}}", "{{2,0,3,1},{5,7,4,6}}"
-    targets = [n for n in hlo_instructions(text, "all-reduce")
-               if f"replica_groups={old}" in hlo_instruction_line(text, n)[1]]
-    assert len(targets) == 1, f"expected one all-reduce over {old}, got {targets}"
-    idx, line = hlo_instruction_line(text, targets[0])
+    target, idx, line = sole_instruction(text, "all-reduce", re.escape(f"replica_groups={old}"),
+                                         f"all-reduce over {old}")
     new = replace_line(text, idx, line.replace(f"replica_groups={old}", f"replica_groups={new_groups}"))
     return _fa_mutated(name, "megatron_mlp_shardy", new,
-                       f"all-reduce {targets[0]}: replica_groups {old} -> {new_groups} (same members per group)")
+                       f"all-reduce {target}: replica_groups {old} -> {new_groups} (same members per group)")
 
 
 @fixture("fa_offset_table_clamped_mutated", "fa_scale_rows_replicated_in_shardy after.hlo with the largest "
