@@ -174,8 +174,27 @@ class Halo:
     origin: Op | None  # the op that last placed the rows (a slice, permute or concatenate)
 
 
+# Entries of a `Rows` table that are not positions of the tensor.
+OUT_ROW = -(1 << 40)  # the row holds the fill value (a row of padding)
+JUNK_ROW = -(1 << 41)  # the row holds values no rule knows (padding of another value than the fill)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Rows:
+    """Rows of one dim held per device by table (rules/rows.py): device `c` holds, at local position `r`
+    along `dim`, the global row `table[c, r]` of `base.term`; along the other dims it holds what `base`
+    says (its layout leaves `dim` whole). A row outside the tensor, or `OUT_ROW`, holds `fill` (None:
+    unknown values); a `JUNK_ROW` holds unknown values."""
+
+    base: Holds
+    dim: int
+    table: np.ndarray  # [devices, local rows] of int64
+    fill: float | None
+    origin: Op | None  # the op that last placed the rows
+
+
 Masked: TypeAlias = Shifted | InWindow | Lookup
-Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked | Blocks | PerBlock | Halo
+Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked | Blocks | PerBlock | Halo | Rows
 
 
 def view(term: Term, have: Layout, want: tuple[tuple[str, ...], ...], mesh: Mesh, terms: Terms) -> Term | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
 import numpy as np
 import numpy.typing as npt
@@ -159,7 +160,7 @@ def _slice(ctx: Ctx, op: Op, f: Fact) -> tuple[Fact, ...] | None:
     for d in cut:
         lo, hi = extent(h, d)
         out = dataclasses.replace(out, sides=_with_extent(out, d, lo - start[d], hi - (local[d] - limit[d])))
-    return (_settled(ctx, out) or out,)
+    return (settled(ctx, out) or out,)
 
 
 def _every_kth(ctx: Ctx, op: Op, h: Halo, cut: list[int], start: list[int], limit: list[int], strides: list[int]
@@ -194,7 +195,7 @@ def _global_slice(ctx: Ctx, term: Term, lo: list[int], hi: list[int], strides: l
     return ctx.terms.apply("slice", (term,), attrs, TensorType(shape, term.type.dtype))
 
 
-def _settled(ctx: Ctx, h: Halo) -> Holds | None:
+def settled(ctx: Ctx, h: Halo) -> Holds | None:
     """A halo whose rows are as many as a block along every exchanged dim (`lo + hi == 0`: a hand-written
     stencil's `p[:-2]`, `p[1:-1]`, `p[2:]` of its block with both neighbours' rows) is a block again: device c holds the
     rows `[b(c)·block − lo, …)` of the tensor shifted by `lo`, the fill where it leaves the tensor —
@@ -245,7 +246,7 @@ def _permute(ctx: Ctx, op: Op, f: Fact) -> Fact:
     else:
         fill = 0.0 if not held_outside or f.fill == 0.0 else None
     moved = dataclasses.replace(f, sides=_with_extent(f, d, lo + k * block, hi - k * block), fill=fill, origin=op)
-    return _settled(ctx, moved) or moved
+    return settled(ctx, moved) or moved
 
 
 def _concatenate(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
@@ -266,6 +267,7 @@ def _concatenate(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
     if any({s for s in h.sides if s[0] != dim} != {s for s in first.sides if s[0] != dim} for h in halos):
         return ctx.unsupported(op, "a concatenate of halo rows that differ along another dim")
     block = block_of(first, dim, ctx.mesh)
+    halos = _unwrapped(halos, dim, block, block * ctx.mesh.size_of(base.layout.dims[dim]))
     for a, b in itertools.pairwise(halos):
         if -extent(b, dim)[0] != block + extent(a, dim)[1]:  # b must start where a ends
             # Rows of one tensor side by side that are not neighbours: evidence (backed by a counterexample
@@ -280,7 +282,30 @@ def _concatenate(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
     fill = fills.pop() if len(fills) == 1 else None
     sides = _with_extent(first, dim, extent(first, dim)[0], extent(halos[-1], dim)[1])
     joined = Halo(base, sides, fill, op)
-    return _settled(ctx, joined) or joined
+    return settled(ctx, joined) or joined
+
+
+def _unwrapped(halos: list[Halo], dim: int, block: int, size: int) -> list[Halo]:
+    """The halos, those whose rows wrap around the tensor (a cyclic shift's) moved by whole tensor lengths so
+    that each starts where the one before it ends, counted from the first that does not wrap. On a ring of
+    two devices a shift by one is also a shift by minus one, and `axis_shift` names one of the two: rows
+    that wrap hold row `p mod size` at every position `p`, so either reading is exact."""
+    out = list(halos)
+    anchor = next((i for i, h in enumerate(out) if h.fill != "wrap"), 0)
+
+    def moved(h: Halo, m: int) -> Halo:  # the window m tensor lengths later
+        lo, hi = extent(h, dim)
+        return dataclasses.replace(h, sides=_with_extent(h, dim, lo - m * size, hi + m * size))
+
+    for i in range(anchor + 1, len(out)):  # out[i] must start where out[i - 1] ends
+        m, r = divmod(block + extent(out[i - 1], dim)[1] + extent(out[i], dim)[0], size)
+        if out[i].fill == "wrap" and m and not r:
+            out[i] = moved(out[i], m)
+    for i in range(anchor - 1, -1, -1):  # out[i] must end where out[i + 1] starts
+        m, r = divmod(-extent(out[i + 1], dim)[0] - block - extent(out[i], dim)[1], size)
+        if out[i].fill == "wrap" and m and not r:
+            out[i] = moved(out[i], m)
+    return out
 
 
 def _select(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
@@ -297,7 +322,7 @@ def _select(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
         return ctx.unsupported(op, "a select between a halo and a value that is not a constant")
     c = scalar_value(other.term)
     shape = op.result.tensor.shape
-    mask = _mask_values(ctx, pred, shape)
+    mask = mask_values(ctx, pred, shape)
     if c is None or mask is None:
         return ctx.unsupported(op, "a select of halo rows by a mask that is not computed per device")
     if not keep_true:
@@ -339,13 +364,17 @@ def _one_device(ctx: Ctx, h: Halo, mask: npt.NDArray[np.bool_]) -> Holds | None:
     return Holds(rows_k, Layout(dims, tuple((a, Reducer.SUM) for a in axes)), h.origin)
 
 
-def _mask_values(ctx: Ctx, pred: Fact, shape: tuple[int, ...]) -> npt.NDArray[np.bool_] | None:
-    """`[devices, *shape]`: the mask on every device, computed per device or a constant of the program."""
+def mask_values(ctx: Ctx, pred: Fact, shape: tuple[int, ...]) -> npt.NDArray[np.bool_] | None:
+    """`[devices, *shape]`: the mask on every device, computed per device or a constant of the program. A
+    scalar predicate (`where(axis_index == k, rows, 0)` spelt with a scalar) keeps or clears every position."""
     if isinstance(pred, Varying):
-        return np.asarray(pred.values, dtype=bool).reshape(ctx.mesh.size, *shape)
+        values = np.asarray(pred.values, dtype=bool).reshape(ctx.mesh.size, -1)
+        if values.shape[1] == 1:
+            return np.broadcast_to(values.reshape(ctx.mesh.size, *([1] * len(shape))), (ctx.mesh.size, *shape))
+        return values.reshape(ctx.mesh.size, *shape) if values.shape[1] == math.prod(shape) else None
     if isinstance(pred, Holds) and not pred.layout.split_axes() and not pred.layout.partial:
         folded = ctx.fold(pred.term)
-        if folded is not None and folded.shape == shape:
+        if folded is not None and folded.shape in (shape, ()):
             return np.broadcast_to(np.asarray(folded, dtype=bool), (ctx.mesh.size, *shape))
     return None
 

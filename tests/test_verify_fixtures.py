@@ -23,10 +23,6 @@ LIMITS: dict[str, str] = {
     # correct programs that once got a false `discrepancy` (tools/programs/false_alarms.py)
     "fa_offset_table_clamped_mutated": "a dynamic-slice offset table entry past the end, clamped back by XLA",
     "fa_logsumexp_min_shift_shard_map": "logsumexp shifted by pmin (min, not max): the shift is not proven irrelevant",
-    # a production pattern (tools/programs/prod_train.py)
-    "fused_glu_split_tp_shardy": "a fused gate/up projection split in halves along its tp-split dim: XLA's "
-                                 "exchange of half-blocks (collective-permutes between some devices, selects) "
-                                 "is not followed",
     # corpus (issue 13): optax_adamw_masked_shardy/after.hlo with a gradient all-reduce moved to the tp groups
     "mut_optax_adamw_bias_grad_allreduce_wrong_axis": "discrepancy with a counterexample, named at the "
                                                       "value_and_grad line (75, the frame where the gradient meets "

@@ -76,6 +76,7 @@ from programs import (  # noqa: E402
     ops_coverage,
     optax_steps,
     pipeline,
+    positions,
     prod_train,
     residual_grad,
     ring_attention,
@@ -84,6 +85,7 @@ from programs import (  # noqa: E402
     shard_map_in_jit,
     sorting,
     soundness,
+    summa,
     symbolic_layouts,
     token_shift,
     train,
@@ -1330,6 +1332,79 @@ def _token_shift(name: str) -> Built:
     in_specs, out_spec = token_shift.specs()
     return partitioned_pair(name, token_shift.token_shift, mesh, token_shift.init(rng_for(name)), ["x", "mu"],
                             in_specs, out_spec)
+
+
+@fixture("roll_both_ways_two_device_ring_shardy", "jnp.roll by +1 and -1 of a sequence split over dp, a ring of "
+         "two devices: each cyclic collective-permute goes to the device that is both neighbours")
+def _roll_both_ways(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    x = rng_for(name).standard_normal((16, 8)).astype(np.float32)
+    return partitioned_pair(name, token_shift.roll_both_ways, mesh, [x], ["x"], [P("dp", "tp")], P("dp", "tp"))
+
+
+def _positions(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "tp"))
+        in_specs, _ = positions.specs()
+        return shard_map_pair(name, positions.reference, positions.shard_map_positions(mesh, variant), mesh,
+                              positions.init(rng_for("positions")), ["x"], in_specs,
+                              None if variant == "correct" else positions.VARIANTS[variant])
+
+    return fn
+
+
+fixture("positions_split_tp_major_shard_map", "sinusoidal positions of a sequence split P(('tp', 'dp')) on the "
+        "(dp, tp) mesh, computed in the body from tp * |dp| + dp")(_positions("correct"))
+fixture("positions_split_tp_major_shard_map_mesh_order", "the same with the block index in the mesh's order, "
+        "dp * |tp| + tp")(_positions("mesh_order"))
+
+
+def _summa(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "tp"))
+        in_specs, _ = summa.specs()
+        return shard_map_pair(name, summa.reference, summa.shard_map_summa(mesh, variant), mesh,
+                              summa.init(rng_for("summa")), ["a", "b"], in_specs,
+                              None if variant == "correct" else summa.VARIANTS[variant])
+
+    return fn
+
+
+fixture("summa_matmul_shard_map", "SUMMA on the 2 x 4 grid by hand: each panel broadcast as a psum of "
+        "where(axis_index == owner, panel, 0) with a scalar predicate")(_summa("correct"))
+# (The twin taking b's panels from the wrong owner is caught, named at the accumulation one line below the
+# mistake: it is in tools/programs/user_programs.py, which checks verdicts only.)
+
+
+def _causal_conv1d(shardy: bool) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((2, 4), ("dp", "tp"))
+        in_specs, out_spec = token_shift.specs()
+        return partitioned_pair(name, token_shift.causal_conv1d, mesh, token_shift.conv_init(rng_for("causal_conv1d")),
+                                ["x", "w"], in_specs, out_spec, shardy=shardy)
+
+    return fn
+
+
+fixture("causal_conv1d_split_sequence_shardy", "a depthwise causal conv1d written as pad + 4 slices over a sequence "
+        "split over tp: the padded sequence resharded into longer blocks (pad, a window per device, a mask), then "
+        "windows of it moved back by collective-permutes")(_causal_conv1d(True))
+fixture("causal_conv1d_split_sequence_gspmd", "the same with jax_use_shardy_partitioner=False")(_causal_conv1d(False))
+
+
+@fixture("mut_causal_conv1d_halo_sent_forward", "causal_conv1d_split_sequence_shardy after.hlo with the second "
+         "collective-permute's pairs reversed: each device's edge rows go to the previous device, not the next")
+def _mut_causal_conv1d(name: str) -> Built:
+    text = build("causal_conv1d_split_sequence_shardy").after_text
+    target = hlo_instructions(text, "collective-permute")[1]
+    idx, line = hlo_instruction_line(text, target)
+    pairs = re.search(r"source_target_pairs=\{(.*?)\}\}", line)
+    assert pairs is not None, f"{name}: no source_target_pairs on {target}"
+    listed = re.findall(r"\{(\d+),(\d+)\}", pairs.group(0))
+    reversed_pairs = "source_target_pairs={" + ",".join(f"{{{t},{s}}}" for s, t in listed) + "}"
+    new_text = replace_line(text, idx, line.replace(pairs.group(0), reversed_pairs))
+    return mutated(name, "causal_conv1d_split_sequence_shardy", new_text, target,
+                   f"collective-permute {target}: the padded sequence's edge rows sent to the previous device")
 
 
 def _shard_map_in_jit(partial_manual: bool, shardy: bool = True) -> Callable[[str], Built]:

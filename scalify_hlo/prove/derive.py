@@ -30,7 +30,7 @@ from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
 from scalify_hlo.prove import branches, cases, per_device
 from scalify_hlo.prove.egraph import Deadline
 from scalify_hlo.prove.layers import LayerStats, Segments, plan
-from scalify_hlo.rules import boundary, halo, linalg, masked_moves, masking, sorting
+from scalify_hlo.rules import boundary, halo, linalg, masked_moves, masking, rows, sorting
 from scalify_hlo.rules import collectives as C
 from scalify_hlo.rules import layout as L
 from scalify_hlo.rules import spmd as S
@@ -73,7 +73,7 @@ Loops = Callable[["Deriver", Op, tuple[Fact, ...]], tuple[Fact, ...]]
 def _steps(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
     """The facts of a step of a masked lookup or a halo exchange: values no device holds a block of yet,
     tracked per device by their own rule families until they are blocks again."""
-    for family in (masking, halo):
+    for family in (masking, rows, halo):
         if family.applies(ctx, op, facts) and (steps := family.transfer(ctx, op, facts)) is not None:
             return steps
     return None
@@ -95,6 +95,7 @@ class Deriver:
         self.mesh = mesh
         self.deadline = deadline  # past it, ops are left unread (`op`)
         self.facts: dict[Value, Fact] = {}
+        self._made_by: dict[Value, Op] = {}  # (for the rows of a permute read again: `_permuted`)
         self.resync = resync
         self.progress: Callable[[int, int], None] | None = None
         # How often each value is read (operands and region results, nested regions included), for the
@@ -202,10 +203,33 @@ class Deriver:
             out = tuple(self.resync(f, op) if isinstance(f, Holds) and not f.layout.partial else f for f in out)
         for v, f in zip(op.results, out, strict=True):
             self.facts[v] = f
+            self._made_by[v] = op
             if isinstance(f, Varying):
                 self.varying_op.setdefault(id(f), op)
 
     def _transfer(self, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+        out = self._transfer_once(op, facts)
+        if op.opcode in rows.RESCUED and any(isinstance(f, Failed) and not f.evidence for f in out) \
+                and (rescued := rows.rescue(self.ctx, op, facts, lambda i: self._as_rows(op.operands[i]))) is not None:
+            return rescued
+        return out
+
+    def _as_rows(self, v: Value, depth: int = 3) -> Fact | None:
+        """`v` read again as rows by table (rules/rows.py) where a collective-permute, or a select between
+        such rows, made it: the ordinary rules read a permute of blocks as a tensor of its own, and a select
+        by a predicate per device as a masked tensor, which no table can join with the rows they came from."""
+        src = self._made_by.get(v)
+        if src is None or depth == 0:
+            return None
+        if src.opcode == "collective_permute":
+            return rows.permuted(self.ctx, src, self.facts[src.operands[0]])
+        if src.opcode == "select":
+            again = rows.rescue(self.ctx, src, tuple(self.facts[u] for u in src.operands),
+                                lambda i: self._as_rows(src.operands[i], depth - 1))
+            return again[0] if again else None
+        return None
+
+    def _transfer_once(self, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         failed = next((f for f in facts if isinstance(f, Failed)), None)
         if failed is not None and op.opcode not in ("tuple", "get_tuple_element"):
             return tuple(failed for _ in op.results)
@@ -215,7 +239,7 @@ class Deriver:
             return steps
         settled = _settle(self.ctx, facts)
         if any(a is not b for a, b in zip(settled, facts, strict=True)):
-            return self._transfer(op, settled)
+            return self._transfer_once(op, settled)
         if op.opcode in self.hooks:
             return self.hooks[op.opcode](self, op, facts)
         if (info := OPS.get(op.opcode)) is not None and info.transfer is not None:
@@ -292,7 +316,11 @@ class Deriver:
             return self._lifted(f, Holds(constant_term(values[0], t, self.terms), Layout.replicated(t.rank)))
         from itertools import permutations
 
+        # Every layout that fits holds some tensor; an iota is preferred (positions of a sequence split over
+        # two axes in the order other than the mesh's, `P(("tp", "dp"))`: under the mesh's order they are a
+        # permuted constant, which the reference's `arange` never meets).
         moving = varying_axes(values, self.mesh)
+        first: Holds | None = None
         for d in range(t.rank):
             for order in permutations(moving):
                 layout = Layout(tuple(order if i == d else () for i in range(t.rank)))
@@ -302,8 +330,12 @@ class Deriver:
                 except (ShardingError, ValueError):
                     continue
                 if again.shape == values.shape and np.array_equal(again, values):
-                    gtype = TensorType(full.shape, t.dtype)
-                    return self._lifted(f, Holds(constant_term(full, gtype, self.terms), layout))
+                    held = Holds(constant_term(full, TensorType(full.shape, t.dtype), self.terms), layout)
+                    if held.term.op == "iota":
+                        return self._lifted(f, held)
+                    first = first or held
+        if first is not None:
+            return self._lifted(f, first)
         return Failed("a device-dependent value that is not the shard of any tensor", None, False)
 
 

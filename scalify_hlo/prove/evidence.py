@@ -53,7 +53,8 @@ class Evidence:
                 return Discrepancy((dataclasses.replace(first, counterexample=cex), *evidence[1:], *doubts))
             if result.get("ran") and result["ok"]:
                 return Unknown(f"not proven: {first.reason} — yet both programs agree when run on random inputs, "
-                               "so this is a layout the rules do not model, not evidence of a bug",
+                               "so no bug was shown: most likely a layout the rules do not model (random inputs "
+                               "miss a bug that only some inputs reach, such as labels equal to an argmax)",
                                tuple(evidence + doubts))
         for i, f in enumerate(evidence):
             if id(f) in partial:
