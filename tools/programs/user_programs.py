@@ -327,3 +327,65 @@ def flax_linen_logical_axis_rules(m: Any, m8: Any, m3: Any) -> Report:
     shardings = jax.tree.map(lambda s: NamedSharding(m, s), specs, is_leaf=lambda s: isinstance(s, P))
     params = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), nn.unbox(abstract))
     return check(block.apply, params, S(8, 16, f32), in_shardings=(shardings, _n(m, "dp")), out_shardings=_n(m, "dp"))
+
+
+@program()
+def split_fused_gate_up_projection(m: Any, m8: Any, m3: Any) -> Report:
+    def f(x: Any, w_gu: Any, w_d: Any) -> Any:
+        g, u = jnp.split(x @ w_gu, 2, axis=-1)
+        return (jax.nn.silu(g) * u) @ w_d
+    return check(f, S(8, 16, f32), S(16, 64, f32), S(32, 16, f32),
+                 in_shardings=(_n(m, "dp"), _n(m, None, "tp"), _n(m, "tp")), out_shardings=_n(m, "dp"))
+
+
+@program()
+def causal_conv1d_by_pad_and_slices(m: Any, m8: Any, m3: Any) -> Report:
+    def f(x: Any, w: Any) -> Any:
+        xp = jnp.pad(x, ((0, 0), (4, 0), (0, 0)))
+        return sum(xp[:, k:k + x.shape[1]] * w[k] for k in range(5))
+    return check(f, S(2, 64, 8, f32), S(5, 8, f32), in_shardings=(_n(m8, None, "x"), _n(m8)),
+                 out_shardings=_n(m8, None, "x"))
+
+
+@program()
+def flip_and_roll_both_ways(m: Any, m8: Any, m3: Any) -> Report:
+    def f(x: Any) -> Any:
+        return jnp.flip(x, axis=1) + 0.5 * jnp.roll(x, 3, axis=1) - jnp.roll(x, -1, axis=0)
+    return check(f, S(8, 32, f32), in_shardings=(_n(m, "dp", "tp"),), out_shardings=_n(m, "dp", "tp"))
+
+
+def _ring(n: int, d: int = 1) -> list[tuple[int, int]]:
+    return [(i, (i + d) % n) for i in range(n)]
+
+
+def _stencil(left_perm: list[tuple[int, int]]) -> Callable[..., Any]:
+    def impl(x: Any) -> Any:
+        up = jnp.concatenate([jax.lax.ppermute(x[-1:], "dp", _ring(2)), x[:-1]], 0)
+        down = jnp.concatenate([x[1:], jax.lax.ppermute(x[:1], "dp", _ring(2, -1))], 0)
+        left = jnp.concatenate([jax.lax.ppermute(x[:, -1:], "tp", left_perm), x[:, :-1]], 1)
+        right = jnp.concatenate([x[:, 1:], jax.lax.ppermute(x[:, :1], "tp", _ring(4, -1))], 1)
+        return up + down + left + right - 4 * x
+    return impl
+
+
+def _stencil_ref(x: Any) -> Any:
+    return jnp.roll(x, 1, 0) + jnp.roll(x, -1, 0) + jnp.roll(x, 1, 1) + jnp.roll(x, -1, 1) - 4 * x
+
+
+@program()
+def periodic_stencil_on_a_2x4_torus(m: Any, m8: Any, m3: Any) -> Report:
+    return check_shard_map(_stencil_ref, _stencil(_ring(4)), S(16, 32, f32), mesh=m, in_specs=(P("dp", "tp"),),
+                           out_specs=P("dp", "tp"))
+
+
+@program("discrepancy")
+def periodic_stencil_left_halo_from_the_right(m: Any, m8: Any, m3: Any) -> Report:
+    return check_shard_map(_stencil_ref, _stencil(_ring(4, -1)), S(16, 32, f32), mesh=m, in_specs=(P("dp", "tp"),),
+                           out_specs=P("dp", "tp"))
+
+
+@program("discrepancy")
+def summa_panels_from_the_wrong_owner(m: Any, m8: Any, m3: Any) -> Report:
+    from programs import summa
+    return check_shard_map(summa.reference, summa.VARIANTS["wrong_owner"], S(16, 32, f32), S(32, 16, f32), mesh=m,
+                           in_specs=(P("dp", "tp"),) * 2, out_specs=P("dp", "tp"))
