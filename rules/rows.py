@@ -166,15 +166,59 @@ def _refilled(r: Rows, fill: float | None) -> np.ndarray:
 
 
 def _made(ctx: Ctx, r: Rows) -> Fact:
-    """`r`, settled when its rows are blocks (`Holds`) or blocks with neighbours' rows (`Halo`)."""
+    """`r`, settled when its rows are blocks (`Holds`) or blocks with neighbours' rows (`Halo`), of its
+    base or of its base with the dim unfolded into a unit dim before it (`_unfolded`)."""
+    t = r.table
+    if t.shape[1] == 0 or (t == JUNK_ROW).any() or not (t != OUT_ROW).any(axis=1).all():
+        return r
+    made = _settled(ctx, r)
+    if made is not r:
+        return made
+    unfolded = _unfolded(ctx, r)
+    if unfolded is not None and not isinstance(settled := _settled(ctx, unfolded), Rows):
+        return settled
+    return r
+
+
+def _unfolded(ctx: Ctx, r: Rows) -> Rows | None:
+    """`r` over its base with the dim reshaped `[1, g·m] -> [g, m]` into a unit dim before it, when every
+    device's rows lie in one of the g groups and the group is the device's index along some axes: RoPE's
+    half of each head when the heads and the head dim are one dim split over tp (fewer KV heads than tp:
+    XLA keeps the heads dim as a unit dim and exchanges half heads)."""
+    term, d = r.base.term, r.dim
+    shape = term.type.shape
+    if d == 0 or shape[d - 1] != 1 or r.base.layout.dims[d - 1] or r.fill is None:
+        return None
+    placed = r.table != OUT_ROW
+    for g in range(2, shape[d] + 1):
+        if shape[d] % g:
+            continue
+        m = shape[d] // g
+        group = np.where(placed, r.table // m, -1)
+        per_device = group.max(axis=1)
+        if ((group != per_device[:, None]) & placed).any() or ((r.table < 0) | (r.table >= shape[d]))[placed].any():
+            continue
+        found = match_axis_index(per_device, ctx.mesh)
+        if found is None or found[1] not in (0, 1):
+            continue
+        dims = list(r.base.layout.dims)
+        dims[d - 1] = found[0]
+        try:
+            layout = Layout(tuple(dims))
+        except ShardingError:
+            continue
+        new_shape = tuple(g if k == d - 1 else m if k == d else s for k, s in enumerate(shape))
+        reshaped = ctx.terms.apply("reshape", (term,), (), TensorType(new_shape, term.type.dtype))
+        table = np.where(placed, r.table % m, OUT_ROW)
+        return Rows(Holds(reshaped, layout, r.base.origin), d, table, r.fill, r.origin)
+    return None
+
+
+def _settled(ctx: Ctx, r: Rows) -> Fact:
     t = r.table
     devices, n = t.shape
-    if n == 0 or (t == JUNK_ROW).any():
-        return r
     size = r.base.term.type.shape[r.dim]
     placed = t != OUT_ROW
-    if not placed.any(axis=1).all():
-        return r
     first = placed.argmax(axis=1)
     start = t[np.arange(devices), first] - first
     expected = start[:, None] + np.arange(n)[None, :]
@@ -388,20 +432,23 @@ def _select(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
 
 # -- where the other rules stop --------------------------------------------------------------------------
 
-RESCUED = ("collective_permute", "select")
+RESCUED = ("collective_permute", "dynamic_slice", "select")
 
 
 def rescue(ctx: Ctx, op: Op, facts: tuple[Fact, ...], again: Callable[[int], Fact | None]) -> tuple[Fact, ...] | None:
     """Rows by table for an op the other rules leave unsupported (without evidence of a bug): a
     collective-permute of a split dim's blocks or halo that is not a shift (XLA's exchange of half-blocks
-    when a split dim is cut in halves: `jnp.split` of a fused gate/up projection), or a select between such
-    rows and the blocks they came from. `again(i)`: operand i read as rows where it was permuted (the
+    when a split dim is cut in halves: `jnp.split` of a fused gate/up projection), a dynamic-slice at an
+    offset of each device's own into blocks, or a select between such rows and the blocks they came from. `again(i)`: operand i read as rows where it was permuted (the
     ordinary rule reads a permute of blocks as a tensor of its own, which no table here can join). None
     where no table describes it either."""
     if len(op.results) != 1 or any(isinstance(f, Failed) for f in facts):
         return None
     if op.opcode == "collective_permute":
         return next(((out,) for out in (_permute(ctx, op, r) for r in _readings(ctx, facts[0]))
+                     if not isinstance(out, Failed)), None)
+    if op.opcode == "dynamic_slice":  # (a window of its own per device of blocks settled a step early)
+        return next(((out,) for out in (_dynamic_slice(ctx, op, (r, *facts[1:])) for r in _readings(ctx, facts[0]))
                      if not isinstance(out, Failed)), None)
     for k in (1, 2):
         for r in _readings(ctx, facts[k]):

@@ -1342,6 +1342,14 @@ def _roll_both_ways(name: str) -> Built:
     return partitioned_pair(name, token_shift.roll_both_ways, mesh, [x], ["x"], [P("dp", "tp")], P("dp", "tp"))
 
 
+@fixture("rope_kv_half_heads_shardy", "RoPE on the keys of 2 KV heads whose fused projection is split over tp = 4 "
+         "(half a head per device): rotate_half's other half fetched by collective-permutes and a window per device")
+def _rope_kv_half_heads(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    return partitioned_pair(name, head_groups.rope_kv_half_heads, mesh, head_groups.rope_kv_init(rng_for(name)),
+                            ["x", "wk"], [P("dp"), P(None, "tp")], P("dp"))
+
+
 def _positions(variant: str) -> Callable[[str], Built]:
     def fn(name: str) -> Built:
         mesh = make_mesh((2, 4), ("dp", "tp"))

@@ -4,6 +4,10 @@
   parallel axis has devices: 8 query heads over ``tp`` = 4, 2 KV heads repeated 4 times. XLA's partitioner
   gives each pair of devices one KV head, looked up from the partition id through constant tables: the block
   index along the major half of ``tp`` (Shardy's sub-axis ``tp:(1)2``), which no sharding names.
+- ``rope_kv_half_heads``: RoPE on the keys of 2 KV heads whose fused projection `[d, 2·8]` is split over
+  ``tp`` = 4: each device holds half a head, and RoPE's `rotate_half` needs the other half. XLA exchanges half
+  heads between device pairs (collective-permutes, a window of its own per device) with the heads kept as a
+  unit dim and the fused dim split.
 - ``dense_dispatch``: a dense mixture of experts (routing mask einsum'd with every expert's weights) with the
   expert dim split one expert per device: ``one_hot(argmax)`` is computed per device as ``top == axis_index``,
   a mask whose class dim has one element on each device.
@@ -45,6 +49,22 @@ def gqa_specs(dp: str = "dp", tp: str = "tp") -> tuple[list[P], P]:
 
 
 EXPERTS = 4
+
+
+def rope_kv_half_heads(x: jax.Array, wk: jax.Array) -> jax.Array:
+    """RoPE'd keys [batch, seq, 2, 8] of x [batch, seq, d] with wk [d, 2·8]."""
+    b, s, _ = x.shape
+    k = (x @ wk).reshape(b, s, KV_HEADS, 2 * HEAD_DIM)
+    half = HEAD_DIM
+    angle = jnp.arange(s, dtype=jnp.float32)[:, None] / (10000.0 ** (jnp.arange(half) / half))[None, :]
+    cos, sin = jnp.cos(angle)[None, :, None, :], jnp.sin(angle)[None, :, None, :]
+    k1, k2 = k[..., :half], k[..., half:]
+    return jnp.concatenate([k1 * cos - k2 * sin, k2 * cos + k1 * sin], -1)
+
+
+def rope_kv_init(rng: np.random.Generator) -> list[np.ndarray]:
+    return [rng.standard_normal((2, 8, 16)).astype(np.float32),
+            (rng.standard_normal((16, KV_HEADS * 2 * HEAD_DIM)) / 4).astype(np.float32)]
 
 
 def dense_dispatch(x: jax.Array, wr: jax.Array, w: jax.Array) -> jax.Array:
