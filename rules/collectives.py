@@ -327,10 +327,15 @@ def collective_permute(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact,
         if f.layout.dims[d] == (axis,):
             block = f.term.type.shape[d] // ctx.mesh.axis_size(axis)
             return (Holds(rolled(ctx.terms, f.term, d, k * block), f.layout, f.origin),)
+    relaid = relaid_by_pairs(pairs.array, ctx.mesh, f.layout)
+    if relaid is not None and all(set(a) == set(b) for a, b in zip(relaid.dims, f.layout.dims, strict=True)):
+        # The same axes on each dim in another order (`("dp", "tp")` → `("tp", "dp")`, before an all-gather over
+        # the new minor axis): the same value relaid, as the collectives that follow read it, rather than a
+        # tensor of permuted blocks.
+        return (Holds(f.term, relaid, f.origin),)
     permuted = _permuted_blocks(ctx, f, pairs.array)
     if permuted is not None:
         return (permuted,)
-    relaid = relaid_by_pairs(pairs.array, ctx.mesh, f.layout)
     if relaid is not None:  # the same value, its blocks moved to where another layout has them
         return (Holds(f.term, relaid, f.origin),)
     return (ctx.unsupported(op, "a collective-permute that is neither a cyclic shift along one mesh axis, nor a "

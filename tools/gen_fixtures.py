@@ -78,6 +78,7 @@ from programs import (  # noqa: E402
     pipeline,
     positions,
     prod_train,
+    relayout,
     residual_grad,
     ring_attention,
     rmsnorm,
@@ -1348,6 +1349,24 @@ def _rope_kv_half_heads(name: str) -> Built:
     mesh = make_mesh((2, 4), ("dp", "tp"))
     return partitioned_pair(name, head_groups.rope_kv_half_heads, mesh, head_groups.rope_kv_init(rng_for(name)),
                             ["x", "wk"], [P("dp"), P(None, "tp")], P("dp"))
+
+
+@fixture("resplit_batch_shardy", "a batch split over (dp, tp) returned over tp, one over (tp, dp) returned over dp: "
+         "blocks relaid by a collective-permute so that the dropped axis is the minor one, then all-gathered")
+def _resplit(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_specs = relayout.resplit_specs()
+    return partitioned_pair(name, relayout.resplit, mesh, relayout.resplit_init(rng_for(name)), ["x", "y"], in_specs,
+                            out_specs)
+
+
+@fixture("attention_dropout_heads_split_shardy", "dropout on attention probabilities with the batch over dp and "
+         "the heads over tp, a raw threefry key: each device's counters from its offsets along both split dims")
+def _attention_dropout(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = relayout.dropout_specs()
+    return partitioned_pair(name, relayout.attention_dropout, mesh, relayout.dropout_init(rng_for(name)),
+                            ["p", "key"], in_specs, out_spec)
 
 
 def _positions(variant: str) -> Callable[[str], Built]:

@@ -17,19 +17,19 @@ from typing import Any
 import numpy as np
 
 from scalify_hlo.ir.errors import ShardingError
-from scalify_hlo.ir.nodes import Op, Region, TensorType, Value, walk
+from scalify_hlo.ir.nodes import Op, Region, Value, walk
 from scalify_hlo.layout import boundary as layout_boundary
-from scalify_hlo.layout.groups import varying_axes
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.layout.program import manual_layouts
 from scalify_hlo.numeric.kernels import kernel_of
-from scalify_hlo.numeric.machine import Machine, NumericUnsupported, assemble, shard
+from scalify_hlo.numeric.machine import Machine, NumericUnsupported
 from scalify_hlo.ops.attrs import region_key, term_attrs
 from scalify_hlo.ops.reducers import top_k_of_call
 from scalify_hlo.ops.registry import IDENTITY_CUSTOM_CALLS, OPS
 from scalify_hlo.prove import branches, cases, per_device
 from scalify_hlo.prove.egraph import Deadline
 from scalify_hlo.prove.layers import LayerStats, Segments, plan
+from scalify_hlo.prove.lift import lifted
 from scalify_hlo.rules import boundary, halo, linalg, masked_moves, masking, rows, sorting
 from scalify_hlo.rules import collectives as C
 from scalify_hlo.rules import layout as L
@@ -314,28 +314,9 @@ class Deriver:
         t = f.type
         if np.all(values == values[:1]):
             return self._lifted(f, Holds(constant_term(values[0], t, self.terms), Layout.replicated(t.rank)))
-        from itertools import permutations
-
-        # Every layout that fits holds some tensor; an iota is preferred (positions of a sequence split over
-        # two axes in the order other than the mesh's, `P(("tp", "dp"))`: under the mesh's order they are a
-        # permuted constant, which the reference's `arange` never meets).
-        moving = varying_axes(values, self.mesh)
-        first: Holds | None = None
-        for d in range(t.rank):
-            for order in permutations(moving):
-                layout = Layout(tuple(order if i == d else () for i in range(t.rank)))
-                try:
-                    full = assemble(values, layout, self.mesh)
-                    again = shard(full, layout, self.mesh)
-                except (ShardingError, ValueError):
-                    continue
-                if again.shape == values.shape and np.array_equal(again, values):
-                    held = Holds(constant_term(full, TensorType(full.shape, t.dtype), self.terms), layout)
-                    if held.term.op == "iota":
-                        return self._lifted(f, held)
-                    first = first or held
-        if first is not None:
-            return self._lifted(f, first)
+        held = lifted(values, t, self.mesh, self.terms)
+        if held is not None:
+            return self._lifted(f, held)
         return Failed("a device-dependent value that is not the shard of any tensor", None, False)
 
 
