@@ -74,7 +74,7 @@ def test_all_to_all_with_the_wrong_concat_axis_is_blamed() -> None:
 
 
 def _first_call_open(real: Callable[[Sequence[Fact]], bool]) -> Callable[[Sequence[Fact]], bool]:
-    """`derive._open` that calls the first results it sees (the one-pass derivation's) unknown."""
+    """`manual._open` that calls the first results it sees (the one-pass derivation's) unknown."""
     calls = iter(range(1_000_000))
     return lambda results: next(calls) == 0 or real(results)
 
@@ -84,15 +84,15 @@ def test_per_device_derivation_agrees_with_the_ordinary_one(monkeypatch: pytest.
     """Forced on every shard_map fixture (the one-pass result treated as unknown), the per-device case
     split never reaches another definite verdict, and names the same line for each bug it finds: its
     all-reduce, all-gather and permute semantics are checked against programs proven the ordinary way."""
-    from scalify_hlo.prove import derive
+    from scalify_hlo.prove import manual
 
-    real = derive._open
+    real = manual._open
     agree = 0
     shard_maps = [fx for fx in fixtures() if "shard_map" in fx.expected.get("after_kind", "")]
     for fx in shard_maps[::stride]:
-        monkeypatch.setattr(derive, "_open", _first_call_open(real))
+        monkeypatch.setattr(manual, "_open", _first_call_open(real))
         report = prove(fx.before, fx.after, Options(assume=fx.assume))
-        monkeypatch.setattr(derive, "_open", real)
+        monkeypatch.setattr(manual, "_open", real)
         assert report.name in (fx.expected["verdict"], "unknown"), (fx.name, report.render())
         if report.name == "discrepancy":
             # the line the ordinary proof names: the bug's line (test_verify_fixtures.py), or for a fixture the
