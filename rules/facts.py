@@ -397,7 +397,7 @@ class Ctx:
     terms: Terms
     mesh: Mesh
     fold: Callable[[Term], np.ndarray | None]  # the value of a small constant term, else None
-    lift: Callable[[Varying], Fact]  # a device-varying value as a Holds fact, or Failed
+    lift: Callable[..., Fact]  # a device-varying value as a Holds fact (like a given layout), or Failed
     varying: Callable[[Op, tuple[Fact, ...]], Fact | None]  # evaluate index arithmetic per device
     known: Callable[[Term], int] = lambda t: 0  # 2: the reference computes this term, 1: a like one
     source: Callable[[Varying], Op | None] = lambda v: None  # the op that computed a device-varying value

@@ -104,7 +104,8 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         # device fits a split of either dim): first as laid out like the tensors they meet.
         like = join([Layout(f.layout.dims) for f in holds if isinstance(f, Holds) and f.term.type.rank])
         holds = [((lift_as(ctx, f, like) if like is not None and len(like.dims) == f.type.rank else None)
-                  or ctx.lift(f)) if isinstance(f, Varying) else f for f in holds]
+                  or ctx.lift(f, like if like is not None and len(like.dims) == f.type.rank else None))
+                 if isinstance(f, Varying) else f for f in holds]
     for f in holds:
         if isinstance(f, Failed):
             return (upstream(f, op),)

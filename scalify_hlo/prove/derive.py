@@ -304,15 +304,16 @@ class Deriver:
         self.lifted_from.setdefault(h.term.id, v)
         return h
 
-    def lift(self, f: Fact) -> Fact:
-        """A device-varying value as the shard of a constant tensor under some layout, if it is one."""
+    def lift(self, f: Fact, like: Layout | None = None) -> Fact:
+        """A device-varying value as the shard of a constant tensor under some layout, if it is one (one
+        joining `like`, the layout of the tensors it meets, where there is one: `lift.lifted`)."""
         if not isinstance(f, Varying):
             return f
         values = np.asarray(f.values)
         t = f.type
         if np.all(values == values[:1]):
             return self._lifted(f, Holds(constant_term(values[0], t, self.terms), Layout.replicated(t.rank)))
-        held = lifted(values, t, self.mesh, self.terms)
+        held = lifted(values, t, self.mesh, self.terms, like)
         if held is not None:
             return self._lifted(f, held)
         return Failed("a device-dependent value that is not the shard of any tensor", None, False)

@@ -4,10 +4,10 @@ Index arithmetic on partition ids (GSPMD's `iota + offset`, a random key's count
 `axis_index` positions) is evaluated per device (`Varying`). Where it meets tensors it is read as the shard
 of a constant tensor under some layout. Many layouts fit (any values are the shards of *some* tensor under a
 layout that splits one dim over every axis they vary with), so the choice decides which constant the rules
-see. Preferred, in order: an iota; the first that fits with all axes on one dim, unless it is not affine in
-its global indices and another is, one spreading the axes over several dims or, for one number per device
-broadcast, any (an index XLA computes per device from the global one, each axis on the dim it indexes:
-`jax.random` counters of a 3-D shape split on two dims); else the first that fits.
+see. Preferred, in order: where the numbers meet tensors, a layout that joins theirs (affine in its global
+indices first: an index XLA computes per device from the global one, each axis on the dim it indexes,
+`jax.random` counters of a 3-D shape split on two dims); an iota; the first that fits with all axes on one
+dim, unless it is not affine and one spreading the axes over several dims is; else the first that fits.
 """
 
 from __future__ import annotations
@@ -22,20 +22,20 @@ from scalify_hlo.ir.nodes import TensorType
 from scalify_hlo.layout.groups import varying_axes
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.numeric.machine import assemble, shard
-from scalify_hlo.rules.facts import Holds, constant_term
+from scalify_hlo.rules.facts import Holds, constant_term, join
 from scalify_hlo.terms.table import Terms
 
 _CANDIDATES = 256  # layouts tried at most
 
 
-def lifted(values: np.ndarray, t: TensorType, mesh: Mesh, terms: Terms) -> Holds | None:
-    """The preferred constant tensor whose shards `values` (`[devices, *t.shape]`) are, or None."""
+def lifted(values: np.ndarray, t: TensorType, mesh: Mesh, terms: Terms, like: Layout | None = None
+           ) -> Holds | None:
+    """The preferred constant tensor whose shards `values` (`[devices, *t.shape]`) are, or None. With `like`
+    (the layout of the tensors the numbers meet), one whose layout joins it comes first, affine first."""
     first: Holds | None = None
     first_affine = False
     spread: Holds | None = None  # the first affine one with the axes on several dims
-    # (One number per device, broadcast: which dim its axes index is open, and the affine reading names it.)
-    flat = values.reshape(values.shape[0], -1)
-    scalar = bool(flat.size) and bool((flat == flat[:, :1]).all())
+    joining: tuple[Holds, bool] | None = None  # (the first that joins `like`, affine)
     for layout in itertools.islice(_layouts(varying_axes(values, mesh), t.rank), _CANDIDATES):
         try:
             full = assemble(values, layout, mesh)
@@ -45,12 +45,16 @@ def lifted(values: np.ndarray, t: TensorType, mesh: Mesh, terms: Terms) -> Holds
         if again.shape != values.shape or not np.array_equal(again, values):
             continue
         held = Holds(constant_term(full, TensorType(full.shape, t.dtype), terms), layout)
-        if held.term.op == "iota":
+        if held.term.op == "iota" and (like is None or join([like, layout]) is not None):
             return held
         if first is None:
             first, first_affine = held, _is_affine(full)
-        elif spread is None and (scalar or sum(1 for axes in layout.dims if axes) > 1) and _is_affine(full):
+        elif spread is None and sum(1 for axes in layout.dims if axes) > 1 and _is_affine(full):
             spread = held
+        if like is not None and join([like, layout]) is not None and (joining is None or not joining[1]):
+            joining = (held, _is_affine(full))
+    if joining is not None:
+        return joining[0]
     return spread if spread is not None and not first_affine else first
 
 
