@@ -389,3 +389,17 @@ def summa_panels_from_the_wrong_owner(m: Any, m8: Any, m3: Any) -> Report:
     from programs import summa
     return check_shard_map(summa.reference, summa.VARIANTS["wrong_owner"], S(16, 32, f32), S(32, 16, f32), mesh=m,
                            in_specs=(P("dp", "tp"),) * 2, out_specs=P("dp", "tp"))
+
+
+@program()
+def dropout_of_a_3d_activation_split_two_ways(m: Any, m8: Any, m3: Any) -> Report:
+    def f(x: Any, key: Any) -> Any:
+        return jnp.where(jax.random.bernoulli(key, 0.9, x.shape), x / 0.9, 0.0)
+    return check(f, S(4, 8, 16, f32), S(2, jnp.uint32), in_shardings=(_n(m, "dp", "tp"), _n(m)),
+                 out_shardings=_n(m, "dp", "tp"))
+
+
+@program()
+def batch_over_two_axes_returned_over_one(m: Any, m8: Any, m3: Any) -> Report:
+    return check(lambda x: jnp.tanh(x) * 2.0, S(16, 8, f32), in_shardings=(_n(m, ("dp", "tp")),),
+                 out_shardings=_n(m, "tp"))
