@@ -193,8 +193,21 @@ class Rows:
     origin: Op | None  # the op that last placed the rows
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Written:
+    """A dynamic-update-slice into a dim split over some axes at an index shifted to each device's block
+    (rules/masking.py): on device `c`, its block of `x` with `update` written at `index` on it, clamped into
+    the block as the op clamps (right only where the index lies in the block)."""
+
+    x: Holds
+    update: Holds
+    index: Shifted
+    dim: int
+    origin: Op
+
+
 Masked: TypeAlias = Shifted | InWindow | Lookup
-Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked | Blocks | PerBlock | Halo | Rows
+Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked | Blocks | PerBlock | Halo | Rows | Written
 
 
 def view(term: Term, have: Layout, want: tuple[tuple[str, ...], ...], mesh: Mesh, terms: Terms) -> Term | None:

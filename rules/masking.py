@@ -27,6 +27,7 @@ from scalify_hlo.rules.facts import (
     Shifted,
     Varying,
     Window,
+    Written,
 )
 from scalify_hlo.rules.indexing import gather as gather_holds
 
@@ -45,6 +46,8 @@ Rule = Callable[[Ctx, Op, tuple[Fact, ...]], tuple[Fact, ...] | None]
 def applies(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> bool:
     """Whether this op is a step of a masked lookup: it reads one, or shifts or compares indices by a
     per-device amount (the first step)."""
+    if any(isinstance(f, Written) for f in facts):
+        return op.opcode not in ("tuple", "get_tuple_element")
     if op.opcode not in RULES:
         return False
     if any(isinstance(f, _MASKED) for f in facts):
@@ -57,7 +60,12 @@ def applies(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> bool:
 
 def transfer(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
     rule = RULES.get(op.opcode)
-    return None if rule is None else rule(ctx, op, facts)
+    out = None if rule is None else rule(ctx, op, facts)
+    if out is None and any(isinstance(f, Written) for f in facts):
+        return tuple(ctx.unsupported(op, f"{op.opcode} of a block written at an index shifted per device, before the "
+                                         "select that keeps the write only where the index lies in the block")
+                     for _ in op.results)
+    return out
 
 
 # -- reading operands ---------------------------------------------------------------------------------------
@@ -283,6 +291,18 @@ def _select(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | Non
         return None
     if p.negated:
         p, a, b = InWindow(p.base, p.window), b, a
+    if isinstance(a, Shifted) and isinstance(b, Shifted) and _same_base(ctx, a.base, b.base) \
+            and _same_base(ctx, p.base, a.base):
+        # JAX's negative-index normalisation (`where(i < 0, i + n, i)`): kept as the branch that holds on the
+        # upper half-line of the mask's index (there the index is as shifted; elsewhere any value).
+        if np.all(p.window.lo <= NEG):
+            kept, window = b, Window(p.window.hi, np.full_like(p.window.hi, POS))
+        elif np.all(p.window.hi >= POS):
+            kept, window = a, p.window
+        else:
+            return None
+        return (Shifted(kept.base, kept.shift, window if kept.window is None else window & kept.window, None,
+                        kept.origin),)
     if isinstance(a, Shifted) and _same_base(ctx, p.base, a.base):
         k = _scalar(ctx, b)
         if k is None or (a.window is not None and not p.window.within(a.window)):
@@ -290,7 +310,73 @@ def _select(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | Non
         return (Shifted(a.base, a.shift, p.window, (k, k), a.origin),)
     if isinstance(a, Lookup) and _is_zero(ctx, b):
         return (_zeroed(ctx, op, p, a),)
+    if isinstance(a, Written) and (kept := _kept_write(ctx, op, p, a, b)) is not None:
+        return (kept,)
     return None
+
+
+def _update(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
+    """`dynamic_update_slice(block, update, ..., index - block_start, ...)` into a dim split over axes `A`, the
+    index shifted by minus each device's block start along `A` (a KV cache split over the sequence, written
+    at `pos - axis_index * block`): `Written`, until a select keeps it only where the index lies in the block."""
+    x, update, *starts = facts
+    shifted = [k for k, f in enumerate(starts) if isinstance(f, Shifted)]
+    if len(shifted) != 1 or not isinstance(x, Holds) or not isinstance(update, Holds) or len(op.results) != 1:
+        return None
+    (d,) = shifted
+    index = starts[d]
+    assert isinstance(index, Shifted)
+    if x.layout.partial or update.layout.partial or update.layout.split_axes() or not x.layout.dims[d] \
+            or index.base.term.type.rank != 0:
+        return None
+    local = x.layout.local_shape(x.term.type.shape, ctx.mesh)
+    if any(k != d and (update.term.type.shape[k] != local[k] or x.layout.dims[k]) for k in range(len(local))):
+        return None  # (other dims whole on every device and covered by the update)
+    if any(k != d and ((z := _scalar(ctx, f)) is None or np.any(z)) for k, f in enumerate(starts)):
+        return None
+    if match_axis_index(-index.shift, ctx.mesh) != (x.layout.dims[d], local[d]):
+        return None
+    return (Written(x, update, index, d, op),)
+
+
+def _kept_write(ctx: Ctx, op: Op, mask: InWindow, w: Written, other: Fact) -> Fact | None:
+    """`select(index in window, written, x)`: where the window keeps only indices whose write lies inside the
+    device's block (no clamp moved it) and, along the split axes, the windows cover every index the program
+    can see, each device's block of the global update — `dynamic_update_slice(x, update, index)` under x's
+    layout. An index the windows leave uncovered would be written nowhere (`unknown`, saying what to assume)."""
+    if not (isinstance(other, Holds) and other.term is w.x.term and other.layout == w.x.layout) \
+            or not _same_base(ctx, mask.base, w.index.base) \
+            or (w.index.window is not None and not mask.window.within(w.index.window)):
+        return None
+    d = w.dim
+    axes = w.x.layout.dims[d]
+    block = w.x.layout.local_shape(w.x.term.type.shape, ctx.mesh)[d]
+    size = w.update.term.type.shape[d]
+    start = -w.index.shift  # each device's block start, in the index's values
+    lo, hi = mask.window.lo, mask.window.hi
+    empty = lo >= hi
+    if not np.all(empty | ((lo >= start) & (hi <= start + block - size + 1))):
+        return ctx.fail(op, "the select keeps a write whose index lies outside the device's block (the op clamps "
+                        "it back into the block, onto rows the reference does not write)", evidence=True,
+                        origin=w.origin)
+    segments: list[tuple[int, int]] | None = None
+    for group in _groups(ctx, axes):
+        keep = ~empty[group]
+        order = np.argsort(lo[group][keep], kind="stable")
+        merged = _merge(list(zip(lo[group][keep][order].tolist(), hi[group][keep][order].tolist(), strict=True)))
+        segments = merged if segments is None or merged == segments else []
+    seen = ranges.interval(ctx.terms, mask.base.term)
+    if seen is None or not any(s <= seen[0] and seen[1] < e for s, e in segments or []):
+        keeps = " ∪ ".join(f"[{s}, {e})" for s, e in segments or []) or "different ranges on different devices"
+        names = sorted({str(t.attr("name")) for t in mask.base.term.walk() if t.op == "param"})
+        hint = f"; if it does, pass --assume {names[0]}={segments[0][0]}:{segments[0][1]}" \
+            if len(names) == 1 and segments and len(segments) == 1 else ""
+        return ctx.unsupported(op, f"the masked update equals the reference only if the index lies in {keeps} "
+                               f"(elsewhere no device writes it, where the reference clamps it){hint}")
+    dtype = w.index.base.term.type.dtype
+    idx = tuple(w.index.base.term if k == d else ctx.terms.scalar(0.0, dtype) for k in range(w.x.term.type.rank))
+    term = ctx.terms.apply("dynamic_update_slice", (w.x.term, w.update.term, *idx), (), w.x.term.type)
+    return Holds(term, w.x.layout, w.x.origin)
 
 
 def _is_zero(ctx: Ctx, f: Fact) -> bool:
@@ -456,6 +542,7 @@ RULES: dict[str, Rule] = {
     "clamp": _clamp,
     "compare": _compare,
     "copy": M.movement,
+    "dynamic_update_slice": _update,
     "gather": _gather,
     "maximum": _clip,
     "minimum": _clip,

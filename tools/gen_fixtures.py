@@ -63,6 +63,7 @@ from programs import (  # noqa: E402
     false_alarms,
     flax_models,
     head_groups,
+    kv_cache,
     linalg_rng,
     llama,
     llama_train,
@@ -1367,6 +1368,26 @@ def _attention_dropout(name: str) -> Built:
     in_specs, out_spec = relayout.dropout_specs()
     return partitioned_pair(name, relayout.attention_dropout, mesh, relayout.dropout_init(rng_for(name)),
                             ["p", "key"], in_specs, out_spec)
+
+
+def _kv_cache(variant: str) -> Callable[[str], Built]:
+    def fn(name: str) -> Built:
+        mesh = make_mesh((8,), ("x",))
+        in_specs, _ = kv_cache.specs()
+        built = shard_map_pair(name, kv_cache.reference, kv_cache.shard_map_write(mesh, variant), mesh,
+                               kv_cache.init(rng_for("kv_cache")), ["cache", "k", "pos"], in_specs,
+                               None if variant == "correct" else kv_cache.VARIANTS[variant])
+        # The write lands where the reference's does only for a position inside the cache (a decode step's).
+        return dataclasses.replace(built, assume={"pos": [0, 32]})
+
+    return fn
+
+
+fixture("kv_cache_write_split_sequence_shard_map", "a decode step's KV-cache write by hand, the cache split over "
+        "the sequence: the index shifted to each device's block, written, kept where it lies in the block")(
+    _kv_cache("correct"))
+fixture("kv_cache_write_split_sequence_shard_map_short_blocks", "the same with the index shifted by "
+        "(block - 1) per device")(_kv_cache("short_blocks"))
 
 
 def _positions(variant: str) -> Callable[[str], Built]:
