@@ -118,13 +118,19 @@ def fixtures() -> list[Fixture]:
     return out
 
 
+# Fixtures whose proof takes about ten seconds (the counterexample of a bug inside nested fori loops is
+# found by interpreting thousands of iterations): every test reading their proof runs in `make test-slow`.
+SLOW_PROOFS = frozenset({"nested_fori_shard_map_inner_constant"})
+
+
 def fixture_params(fxs: list[Fixture], slow: Set[str] = frozenset()) -> list[object]:
     """Fixtures as pytest parameters, each in its own xdist group: every test of one fixture runs in one
     process, so `proof_of` proves it once for all of them."""
     import pytest
 
     return [pytest.param(f, id=f.name, marks=[pytest.mark.xdist_group(f.name),
-                                              *([pytest.mark.slow] if f.name in slow else [])]) for f in fxs]
+                                              *([pytest.mark.slow] if f.name in slow | SLOW_PROOFS else [])])
+            for f in fxs]
 
 
 def proof_of(fx: Fixture) -> Report:
