@@ -126,7 +126,8 @@ def _peeled(r: Rows) -> Rows:
                 break
             lo = low[r.dim]
         placed = (table >= 0) & (table < n)
-        held = np.where(placed, table - lo, OUT_ROW)  # (rows outside this window hold the fill: padding)
+        # Rows outside this window hold the fill (padding); rows of unknown values stay unknown.
+        held = np.where(placed, table - lo, np.where(table == JUNK_ROW, JUNK_ROW, OUT_ROW))
         pads = placed & ((held < 0) | (held >= inner.type.shape[r.dim]))  # rows of this pad's own padding
         if pads.any():
             if value is None:
