@@ -392,14 +392,21 @@ def unshifted(ctx: Ctx, f: Fact) -> Fact:
     return Holds(ctx.terms.apply("add", (base.term, held.term), (), base.term.type), base.layout, base.origin)
 
 
+def iota_dim(values: np.ndarray) -> int | None:
+    """The dim along which `values` count 0, 1, 2, ... (the same along the others), if there is one."""
+    if values.ndim >= 1 and values.size > 1:
+        for d in range(values.ndim):
+            iota = np.broadcast_to(
+                np.arange(values.shape[d]).reshape([-1 if i == d else 1 for i in range(values.ndim)]), values.shape)
+            if np.array_equal(values, iota):
+                return d
+    return None
+
+
 def constant_term(values: np.ndarray, type: TensorType, terms: Terms) -> Term:
     """A term for a small constant tensor; an iota when it is one (GSPMD materialises offsets)."""
-    if type.rank >= 1 and values.size > 1:
-        for d in range(type.rank):
-            iota = np.broadcast_to(
-                np.arange(type.shape[d]).reshape([-1 if i == d else 1 for i in range(type.rank)]), type.shape)
-            if np.array_equal(values, iota):
-                return terms.iota(d, type)
+    if np.shape(values) == type.shape and (d := iota_dim(values)) is not None:
+        return terms.iota(d, type)
     return terms.constant(Literal(np.ascontiguousarray(values), type.dtype), type)
 
 

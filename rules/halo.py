@@ -210,14 +210,22 @@ def settled(ctx: Ctx, h: Halo) -> Holds | None:
         return Holds(rolled(ctx.terms, term, d, lo), h.base.layout, h.origin)  # row r holds row (r − lo) mod n
     for d, lo, _ in h.sides:
         n = term.type.shape[d]
-        low = tuple(max(lo, 0) if k == d else 0 for k in range(term.type.rank))
-        high = tuple(max(-lo, 0) if k == d else 0 for k in range(term.type.rank))
-        shape = tuple(n + abs(lo) if k == d else m for k, m in enumerate(term.type.shape))
-        attrs = (("edge_padding_high", high), ("edge_padding_low", low), ("interior_padding", (0,) * term.type.rank))
-        fill = ctx.terms.scalar(h.fill if isinstance(h.fill, float) else 0.0, term.type.dtype)
-        padded = ctx.terms.apply("pad", (term, fill), attrs, TensorType(shape, term.type.dtype))
-        term = slice_along(ctx.terms, padded, d, max(-lo, 0), max(-lo, 0) + n)
+        term = filled_rows(ctx, term, d, -lo, n - lo, h.fill if isinstance(h.fill, float) else 0.0)
     return Holds(term, h.base.layout, h.origin)
+
+
+def filled_rows(ctx: Ctx, term: Term, dim: int, a: int, b: int, fill: float) -> Term:
+    """Rows `[a, b)` of `term` along `dim`, the tensor extended by `fill` on both sides: a slice of its pad."""
+    size, rank = term.type.shape[dim], term.type.rank
+    low, high = max(-a, 0), max(b - size, 0)
+    if low or high:
+        attrs = (("edge_padding_high", tuple(high if k == dim else 0 for k in range(rank))),
+                 ("edge_padding_low", tuple(low if k == dim else 0 for k in range(rank))),
+                 ("interior_padding", (0,) * rank))
+        shape = tuple(size + low + high if k == dim else m for k, m in enumerate(term.type.shape))
+        value = ctx.terms.scalar(fill, term.type.dtype)
+        term = ctx.terms.apply("pad", (term, value), attrs, TensorType(shape, term.type.dtype))
+    return slice_along(ctx.terms, term, dim, a + low, b + low)
 
 
 def _permute(ctx: Ctx, op: Op, f: Fact) -> Fact:

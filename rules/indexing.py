@@ -23,7 +23,7 @@ from scalify_hlo.ops.reducers import COLLECTIVE_NAME, Reducer, reducer_of
 from scalify_hlo.terms.term import Term, scalar_value
 
 
-def _offsets(ctx: Ctx, f: Fact) -> int | np.ndarray | Term | None:
+def start_offsets(ctx: Ctx, f: Fact) -> int | np.ndarray | Term | None:
     """A start index: an int (the same on all devices), a per-device vector, or a global term."""
     if isinstance(f, Varying):
         vals = np.asarray(f.values).reshape(f.values.shape[0])
@@ -55,7 +55,7 @@ def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
     orders: dict[int, np.ndarray] = {}  # dim -> the order of its sub-blocks, where not the devices' own
     static = True
     for d, s in enumerate(starts):
-        off = _offsets(ctx, s)
+        off = start_offsets(ctx, s)
         if off is None:
             return (ctx.unsupported(op, f"start index {d} is not known on every device"),)
         if sizes[d] == xlocal[d]:
@@ -177,7 +177,7 @@ def dynamic_update_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fac
     # Local shapes are the same under either view: only the global reading changes.
     xlocal = x.layout.local_shape(x.term.type.shape, ctx.mesh)
     ulocal = u.layout.local_shape(u.term.type.shape, ctx.mesh)
-    offsets = [_offsets(ctx, s) for s in starts]
+    offsets = [start_offsets(ctx, s) for s in starts]
     if (placed := _own_block_in_zeros(ctx, x, u, offsets, xlocal, ulocal)) is not None:
         return (placed,)
     idx: list[Term] = []

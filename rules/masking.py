@@ -359,16 +359,10 @@ def _kept_write(ctx: Ctx, op: Op, mask: InWindow, w: Written, other: Fact) -> Fa
         return ctx.fail(op, "the select keeps a write whose index lies outside the device's block (the op clamps "
                         "it back into the block, onto rows the reference does not write)", evidence=True,
                         origin=w.origin)
-    segments: list[tuple[int, int]] | None = None
-    for group in _groups(ctx, axes):
-        keep = ~empty[group]
-        order = np.argsort(lo[group][keep], kind="stable")
-        merged = _merge(list(zip(lo[group][keep][order].tolist(), hi[group][keep][order].tolist(), strict=True)))
-        segments = merged if segments is None or merged == segments else []
+    segments, _ = _kept_segments(ctx, mask.window, axes)  # (disjoint: each window lies in its own block)
     seen = ranges.interval(ctx.terms, mask.base.term)
-    if seen is None or not any(s <= seen[0] and seen[1] < e for s, e in segments or []):
-        keeps = " ∪ ".join(f"[{s}, {e})" for s, e in segments or []) or "different ranges on different devices"
-        names = sorted({str(t.attr("name")) for t in mask.base.term.walk() if t.op == "param"})
+    if not _covered(seen, segments):
+        keeps, names = _kept_text(segments), _inputs_of(mask.base)
         hint = f"; if it does, pass --assume {names[0]}={segments[0][0]}:{segments[0][1]}" \
             if len(names) == 1 and segments and len(segments) == 1 else ""
         return ctx.unsupported(op, f"the masked update equals the reference only if the index lies in {keeps} "
@@ -395,23 +389,13 @@ def _zeroed(ctx: Ctx, op: Op, mask: InWindow, look: Lookup) -> Fact:
         return ctx.fail(op, "the mask keeps rows the device does not hold (the indices are masked to other "
                         "bounds than the device's shard of the table)", evidence=True, origin=look.origin)
     axes = look.axes
-    segments: list[tuple[int, int]] | None = None
-    for group in _groups(ctx, axes):
-        lo, hi = mask.window.lo[group], mask.window.hi[group]
-        keep = lo < hi
-        order = np.argsort(lo[keep], kind="stable")
-        los, his = lo[keep][order], hi[keep][order]
-        for i in range(len(los) - 1):
-            if los[i + 1] < his[i]:
-                return ctx.fail(op, f"two devices along {_axes(axes)} both keep the indices in "
-                                f"[{max(los[i + 1], los[i])}, {min(his[i], his[i + 1])}): their rows are "
-                                "summed twice", evidence=True, origin=look.origin)
-        merged = _merge(list(zip(los.tolist(), his.tolist(), strict=True)))
-        segments = merged if segments is None or merged == segments else []
+    segments, twice = _kept_segments(ctx, mask.window, axes)
+    if twice is not None:
+        return ctx.fail(op, f"two devices along {_axes(axes)} both keep the indices in [{twice[0]}, {twice[1]}): "
+                        "their rows are summed twice", evidence=True, origin=look.origin)
     seen = ranges.interval(ctx.terms, mask.base.term)
-    covered = seen is not None and any(s <= seen[0] and seen[1] < e for s, e in segments or [])
-    if not covered:
-        return _uncovered(ctx, op, mask, look, seen, segments or [])
+    if not _covered(seen, segments):
+        return _uncovered(ctx, op, mask, look, seen, segments)
     layout = look.value.layout
     partial = tuple(sorted((*layout.partial, *((a, Reducer.SUM) for a in axes))))
     return Holds(look.value.term, Layout(layout.dims, partial), op)
@@ -419,8 +403,7 @@ def _zeroed(ctx: Ctx, op: Op, mask: InWindow, look: Lookup) -> Fact:
 
 def _uncovered(ctx: Ctx, op: Op, mask: InWindow, look: Lookup, seen: tuple[int, int] | None,
                segments: list[tuple[int, int]]) -> Fact:
-    keeps = " ∪ ".join(f"[{s}, {e})" for s, e in segments) or "different ranges on different devices"
-    names = sorted({str(t.attr("name")) for t in mask.base.term.walk() if t.op == "param"})
+    keeps, names = _kept_text(segments), _inputs_of(mask.base)
     if seen is not None:
         return ctx.unsupported(op, f"the indices can be in [{seen[0]}, {seen[1] + 1}) but the devices along "
                                f"{_axes(look.axes)} keep only {keeps}: the others would be looked up nowhere")
@@ -431,6 +414,39 @@ def _uncovered(ctx: Ctx, op: Op, mask: InWindow, look: Lookup, seen: tuple[int, 
     what = f"`{names[0]}`" if len(names) == 1 else "the indices"
     return ctx.unsupported(op, f"the masked lookup equals the reference only if {what} lie in {keeps} "
                            f"(elsewhere it is 0 where the reference clamps the index){hint}")
+
+
+def _kept_text(segments: list[tuple[int, int]]) -> str:
+    return " ∪ ".join(f"[{s}, {e})" for s, e in segments) or "different ranges on different devices"
+
+
+def _inputs_of(index: Holds) -> list[str]:
+    """The program inputs an index is computed from (what `--assume` can name)."""
+    return sorted({str(t.attr("name")) for t in index.term.walk() if t.op == "param"})
+
+
+def _kept_segments(ctx: Ctx, window: Window, axes: tuple[str, ...]
+                   ) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
+    """Along `axes`, the ranges of indices the devices' windows keep, merged where they meet (the same in
+    every group of the other axes; none where they differ), and the first range two devices both keep."""
+    segments: list[tuple[int, int]] | None = None
+    twice: tuple[int, int] | None = None
+    for group in _groups(ctx, axes):
+        lo, hi = window.lo[group], window.hi[group]
+        keep = lo < hi
+        order = np.argsort(lo[keep], kind="stable")
+        los, his = lo[keep][order], hi[keep][order]
+        for i in range(len(los) - 1):
+            if los[i + 1] < his[i] and twice is None:
+                twice = (int(max(los[i + 1], los[i])), int(min(his[i], his[i + 1])))
+        merged = _merge(list(zip(los.tolist(), his.tolist(), strict=True)))
+        segments = merged if segments is None or merged == segments else []
+    return segments or [], twice
+
+
+def _covered(seen: tuple[int, int] | None, segments: list[tuple[int, int]]) -> bool:
+    """Every index the program can see (`seen`, inclusive) lies in one of the kept ranges."""
+    return seen is not None and any(s <= seen[0] and seen[1] < e for s, e in segments)
 
 
 def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

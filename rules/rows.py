@@ -22,13 +22,13 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 from scalify_hlo.rules import halo as H
-from scalify_hlo.rules.facts import JUNK_ROW, OUT_ROW, Ctx, Fact, Failed, Halo, Holds, Rows, Varying, upstream
+from scalify_hlo.rules.facts import JUNK_ROW, OUT_ROW, Ctx, Fact, Failed, Halo, Holds, Rows, upstream
+from scalify_hlo.rules.indexing import start_offsets
 
 from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import Literal, Op, TensorType
 from scalify_hlo.layout.groups import match_axis_index
 from scalify_hlo.layout.mesh import Layout
-from scalify_hlo.terms.slicing import slice_along
 from scalify_hlo.terms.term import Term, scalar_value
 
 _PASS = ("copy", "optimization_barrier")
@@ -47,8 +47,7 @@ def applies(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> bool:
         return isinstance(x, Halo)
     if op.opcode == "pad":
         return isinstance(x, Halo) or (isinstance(x, Holds) and not x.layout.partial
-                                       and _padded_dim(op) is not None
-                                       and bool(x.layout.dims[_padded_dim(op) or 0]))
+                                       and (dim := _padded_dim(op)) is not None and bool(x.layout.dims[dim]))
     return False
 
 
@@ -255,20 +254,10 @@ def _settled(ctx: Ctx, r: Rows) -> Fact:
 
 
 def _window(ctx: Ctx, r: Rows, a: int, b: int) -> Term | None:
-    """Rows `[a, b)` of the tensor extended by the fill on both sides."""
-    term = r.base.term
-    size, rank = term.type.shape[r.dim], term.type.rank
-    low, high = max(-a, 0), max(b - size, 0)
-    if low or high:
-        if r.fill is None:
-            return None
-        pads = (("edge_padding_high", tuple(high if k == r.dim else 0 for k in range(rank))),
-                ("edge_padding_low", tuple(low if k == r.dim else 0 for k in range(rank))),
-                ("interior_padding", (0,) * rank))
-        shape = tuple(size + low + high if k == r.dim else m for k, m in enumerate(term.type.shape))
-        fill = ctx.terms.scalar(r.fill, term.type.dtype)
-        term = ctx.terms.apply("pad", (term, fill), pads, TensorType(shape, term.type.dtype))
-    return slice_along(ctx.terms, term, r.dim, a + low, b + low)
+    """Rows `[a, b)` of the tensor extended by the fill on both sides (None: past the tensor, an unknown fill)."""
+    if r.fill is None and (a < 0 or b > r.base.term.type.shape[r.dim]):
+        return None
+    return H.filled_rows(ctx, r.base.term, r.dim, a, b, r.fill or 0.0)
 
 
 # -- the rules ---------------------------------------------------------------------------------------------
@@ -305,14 +294,11 @@ def _pad(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
 
 
 def _offsets(ctx: Ctx, f: Fact) -> np.ndarray | None:
-    """A start index on every device, `[devices]`."""
-    if isinstance(f, Varying):
-        return np.asarray(f.values).reshape(f.values.shape[0]).astype(np.int64)
-    if isinstance(f, Holds) and not f.layout.partial:
-        folded = ctx.fold(f.term)
-        if folded is not None and folded.size == 1:
-            return np.full(ctx.mesh.size, int(np.asarray(folded).reshape(-1)[0]), dtype=np.int64)
-    return None
+    """A start index on every device, `[devices]` (as `indexing.start_offsets` reads it)."""
+    off = start_offsets(ctx, f)
+    if isinstance(off, np.ndarray):
+        return off
+    return np.full(ctx.mesh.size, off, dtype=np.int64) if isinstance(off, int) else None
 
 
 def _dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
@@ -333,7 +319,6 @@ def _dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
     if r is None or dim is None or start is None:
         return ctx.unsupported(op, "a dynamic-slice of halo rows along another dim than theirs")
     off = np.clip(start, 0, local[dim] - sizes[dim])
-    # Devices the mesh does not hold (none) aside, device c's table row is its own.
     window = r.table[np.arange(r.table.shape[0])[:, None], off[:, None] + np.arange(sizes[dim])[None, :]]
     return _made(ctx, dataclasses.replace(r, table=window, origin=op))
 
@@ -389,7 +374,7 @@ def _concatenate(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact:
         return ctx.unsupported(op, "a concatenate of rows of different tensors")
     base = rows[0].base
     fill = next((r.fill for r in rows if _outside(r).any()), None)
-    table = np.concatenate([_refilled(r, fill) if _outside(r).any() else r.table for r in rows], axis=1)
+    table = np.concatenate([_refilled(r, fill) for r in rows], axis=1)
     return _made(ctx, Rows(base, dim, table, fill, op))
 
 

@@ -103,9 +103,11 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         # Numbers per device may be the shards of several tensors (a row mask with the batch dim one row per
         # device fits a split of either dim): first as laid out like the tensors they meet.
         like = join([Layout(f.layout.dims) for f in holds if isinstance(f, Holds) and f.term.type.rank])
-        holds = [((lift_as(ctx, f, like) if like is not None and len(like.dims) == f.type.rank else None)
-                  or ctx.lift(f, like if like is not None and len(like.dims) == f.type.rank else None))
-                 if isinstance(f, Varying) else f for f in holds]
+
+        def as_met(f: Varying) -> Fact:
+            fits = like if like is not None and len(like.dims) == f.type.rank else None
+            return (lift_as(ctx, f, fits) if fits is not None else None) or ctx.lift(f, fits)
+        holds = [as_met(f) if isinstance(f, Varying) else f for f in holds]
     for f in holds:
         if isinstance(f, Failed):
             return (upstream(f, op),)

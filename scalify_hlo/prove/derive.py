@@ -93,7 +93,7 @@ class Deriver:
         self.mesh = mesh
         self.deadline = deadline  # past it, ops are left unread (`op`)
         self.facts: dict[Value, Fact] = {}
-        self._made_by: dict[Value, Op] = {}  # (for the rows of a permute read again: `_permuted`)
+        self._made_by: dict[Value, Op] = {}  # the op that made each value (`_as_rows` reads some again)
         self.resync = resync
         self.progress: Callable[[int, int], None] | None = None
         # How often each value is read (operands and region results, nested regions included), for the

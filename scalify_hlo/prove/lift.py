@@ -22,7 +22,7 @@ from scalify_hlo.ir.nodes import TensorType
 from scalify_hlo.layout.groups import varying_axes
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.numeric.machine import assemble, shard
-from scalify_hlo.rules.facts import Holds, constant_term, join
+from scalify_hlo.rules.facts import Holds, constant_term, iota_dim, join
 from scalify_hlo.terms.table import Terms
 
 _CANDIDATES = 256  # layouts tried at most
@@ -31,11 +31,11 @@ _CANDIDATES = 256  # layouts tried at most
 def lifted(values: np.ndarray, t: TensorType, mesh: Mesh, terms: Terms, like: Layout | None = None
            ) -> Holds | None:
     """The preferred constant tensor whose shards `values` (`[devices, *t.shape]`) are, or None. With `like`
-    (the layout of the tensors the numbers meet), one whose layout joins it comes first, affine first."""
-    first: Holds | None = None
-    first_affine = False
-    spread: Holds | None = None  # the first affine one with the axes on several dims
-    joining: tuple[Holds, bool] | None = None  # (the first that joins `like`, affine)
+    (the layout of the tensors the numbers meet), one whose layout joins it comes first: the first affine
+    one, else the last tried."""
+    first: tuple[Layout, np.ndarray, bool] | None = None  # (layout, tensor, affine)
+    spread: tuple[Layout, np.ndarray] | None = None  # the first affine one with the axes on several dims
+    joining: tuple[Layout, np.ndarray, bool] | None = None  # one that joins `like` (below)
     for layout in itertools.islice(_layouts(varying_axes(values, mesh), t.rank), _CANDIDATES):
         try:
             full = assemble(values, layout, mesh)
@@ -44,18 +44,27 @@ def lifted(values: np.ndarray, t: TensorType, mesh: Mesh, terms: Terms, like: La
             continue
         if again.shape != values.shape or not np.array_equal(again, values):
             continue
-        held = Holds(constant_term(full, TensorType(full.shape, t.dtype), terms), layout)
-        if held.term.op == "iota" and (like is None or join([like, layout]) is not None):
-            return held
+        joins = like is not None and join([like, layout]) is not None
+        if (like is None or joins) and iota_dim(full) is not None:
+            held = _held(full, layout, t, terms)
+            if held.term.op == "iota":  # (a one-dim iota: the normal form spells others as its broadcast)
+                return held
+        affine = _is_affine(full)
         if first is None:
-            first, first_affine = held, _is_affine(full)
-        elif spread is None and sum(1 for axes in layout.dims if axes) > 1 and _is_affine(full):
-            spread = held
-        if like is not None and join([like, layout]) is not None and (joining is None or not joining[1]):
-            joining = (held, _is_affine(full))
+            first = (layout, full, affine)
+        elif spread is None and affine and sum(1 for axes in layout.dims if axes) > 1:
+            spread = (layout, full)
+        if joins and (joining is None or not joining[2]):  # (until one is affine, the latest that joins)
+            joining = (layout, full, affine)
     if joining is not None:
-        return joining[0]
-    return spread if spread is not None and not first_affine else first
+        return _held(joining[1], joining[0], t, terms)
+    if spread is not None and first is not None and not first[2]:
+        return _held(spread[1], spread[0], t, terms)
+    return None if first is None else _held(first[1], first[0], t, terms)
+
+
+def _held(full: np.ndarray, layout: Layout, t: TensorType, terms: Terms) -> Holds:
+    return Holds(constant_term(full, TensorType(full.shape, t.dtype), terms), layout)
 
 
 def _layouts(moving: Sequence[str], rank: int) -> Iterator[Layout]:
