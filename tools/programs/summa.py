@@ -23,28 +23,25 @@ def reference(a: jax.Array, b: jax.Array) -> jax.Array:
     return a @ b
 
 
-def _summa(a: jax.Array, b: jax.Array) -> jax.Array:
+def _panels(a: jax.Array, b: jax.Array, panel_of: Callable[[int], tuple[int, int]]) -> jax.Array:
+    """The SUMMA loop; `panel_of(k)` is the (dp owner, half) of b's k-th row panel."""
     row, col = lax.axis_index("dp"), lax.axis_index("tp")
     width = b.shape[0] // 2
     out = jnp.zeros((a.shape[0], b.shape[1]), a.dtype)
     for k in range(PANELS):
         a_k = lax.psum(jnp.where(col == k, a, 0.0), "tp")
-        owner, half = k // 2, k % 2
+        owner, half = panel_of(k)
         b_k = lax.psum(jnp.where(row == owner, b[half * width:(half + 1) * width], 0.0), "dp")
         out = out + a_k @ b_k
     return out
+
+
+def _summa(a: jax.Array, b: jax.Array) -> jax.Array:
+    return _panels(a, b, lambda k: (k // 2, k % 2))
 
 
 def _summa_wrong_owner(a: jax.Array, b: jax.Array) -> jax.Array:
-    row, col = lax.axis_index("dp"), lax.axis_index("tp")
-    width = b.shape[0] // 2
-    out = jnp.zeros((a.shape[0], b.shape[1]), a.dtype)
-    for k in range(PANELS):
-        a_k = lax.psum(jnp.where(col == k, a, 0.0), "tp")
-        owner, half = k % 2, k // 2  # BUG: the owner and half of b's row panel swapped
-        b_k = lax.psum(jnp.where(row == owner, b[half * width:(half + 1) * width], 0.0), "dp")
-        out = out + a_k @ b_k
-    return out
+    return _panels(a, b, lambda k: (k % 2, k // 2))  # BUG: the owner and half of b's row panel swapped
 
 
 VARIANTS: dict[str, Callable[..., jax.Array]] = {"correct": _summa, "wrong_owner": _summa_wrong_owner}
