@@ -97,10 +97,45 @@ def _broadcast_in_dim(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, 
                 return (ctx.unsupported(op, "a broadcast that expands a split dim"),)
         out_dims.append(())
         gshape.append(n)
-    layout = Layout(tuple(out_dims), x.layout.partial)
+    dtype = op.result.tensor.dtype
     term = ctx.terms.apply("broadcast_in_dim", (x.term,), (("broadcast_dimensions", dims),),
-                           TensorType(tuple(gshape), op.result.tensor.dtype))
-    return (Holds(term, layout, x.origin),)
+                           TensorType(tuple(gshape), dtype))
+    if x.layout.split_axes() and ctx.known(term) < 2:
+        # (A replicated operand stays replicated: `view` tiles it to meet split ones.)
+        wider = _wider_broadcast(ctx, x, dims, out_dims, gshape, dtype)
+        if wider is not None:
+            return (wider,)
+    return (Holds(term, Layout(tuple(out_dims), x.layout.partial), x.origin),)
+
+
+def _wider_broadcast(ctx: Ctx, x: Holds, dims: tuple[int, ...], out_dims: list[tuple[str, ...]],
+                     gshape: list[int], dtype: str) -> Holds | None:
+    """The broadcast read as the shards of a wider one that the reference computes.
+
+    Along a dim the broadcast creates (or widens from 1) the local value is constant, and so is it along
+    every mesh axis the operand neither splits nor holds partial sums over: each device's copy is the
+    block of that dim at its coordinate on such axes, whatever the coordinate. `jnp.repeat` of a tensor
+    all-gathered over part of an axis is such a broadcast (GQA's key/value heads when there are fewer
+    than devices): the partitioner broadcasts only the repeats the device's query heads need."""
+    free = [a for a in ctx.mesh.names if a not in x.layout.split_axes() and a not in x.layout.partial_axes()]
+    grown = [j for j in range(len(gshape))
+             if gshape[j] > 1 and (j not in dims or x.term.type.shape[dims.index(j)] == 1)]
+    if not free or not grown:
+        return None
+    best: tuple[int, Holds] | None = None
+    for j in grown:
+        for k in range(1, min(len(free), 3) + 1):
+            for axes in itertools.permutations(free, k):
+                shape = list(gshape)
+                shape[j] = gshape[j] * ctx.mesh.size_of(axes)
+                term = ctx.terms.apply("broadcast_in_dim", (x.term,), (("broadcast_dimensions", dims),),
+                                       TensorType(tuple(shape), dtype))
+                rank = ctx.known(term)
+                if rank and (best is None or rank > best[0]):
+                    new_dims = list(out_dims)
+                    new_dims[j] = axes
+                    best = (rank, Holds(term, Layout(tuple(new_dims), x.layout.partial), x.origin))
+    return None if best is None else best[1]
 
 
 def reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
@@ -113,7 +148,9 @@ def _reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     The local reshape does not always fix the global one: a shard [.., 2, ..] reshaped to [.., 1, 2, ..]
     is the shard of [.., 8, ..] → [.., 4, 2, ..] (the split moves to the unit dim) as much as of
     [.., 8, ..] → [.., 1, 8, ..]. Every reading is a true fact; we take the one whose global term the
-    reference program computes (it is how the partitioner got there), else the first."""
+    reference program computes (it is how the partitioner got there), else the first. When the reference
+    computes none of the major readings, the axes of one split may also be spread over several result dims,
+    or the splits of several dims joined into one (`_spread_reading`)."""
     if len(facts) == 1 and isinstance(facts[0], Blocks):
         return (argreduce.reshape(ctx, op, facts[0]),)
     if len(facts) == 1 and isinstance(facts[0], PerBlock):
@@ -127,6 +164,18 @@ def _reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
     core = reshape_groups(xlocal, out_local)
     if core is None:
         return (ctx.unsupported(op, f"reshape {list(xlocal)} → {list(out_local)}"),)
+    major = _major_reading(ctx, op, x, xlocal, out_local, core)
+    rank = ctx.known(major.term) if isinstance(major, Holds) else -1
+    if rank < 2 and x.layout.split_axes():
+        spread = _spread_reading(ctx, op, x, xlocal, out_local)
+        if spread is not None and ctx.known(spread.term) > rank:
+            return (spread,)
+    return (major,)
+
+
+def _major_reading(ctx: Ctx, op: Op, x: Holds, xlocal: tuple[int, ...], out_local: tuple[int, ...],
+                   core: list[tuple[list[int], list[int]]]) -> Fact:
+    """The reading that moves each split to the major position of the result dims it lands in."""
 
     def units_before(m: int) -> list[int]:
         """Output unit dims between core group m-1 and core group m (all of them after the last group)."""
@@ -138,8 +187,8 @@ def _reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         if any(x.layout.dims[i] for i in gi[1:]):
             moved = _split_to_major(ctx, x, gi)
             if moved is None:
-                return (ctx.unsupported(op, "a reshape that merges a split dim with a more major dim, unevenly "
-                                        "split"),)
+                return ctx.unsupported(op, "a reshape that merges a split dim with a more major dim, unevenly "
+                                       "split")
             x = moved
     options: list[list[int]] = []
     split = [k for k, axes in enumerate(x.layout.dims) if axes]
@@ -147,8 +196,8 @@ def _reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         if xlocal[k] != 1:
             m = next(i for i, g in enumerate(core) if k in g[0])
             if core[m][0][0] != k or any(x.layout.dims[i] for i in core[m][0][1:]):
-                return (ctx.unsupported(op, f"a reshape that moves split dim {k} off the major position of the "
-                                        "dims it is merged with (the shards would interleave)"),)
+                return ctx.unsupported(op, f"a reshape that moves split dim {k} off the major position of the "
+                                       "dims it is merged with (the shards would interleave)")
             options.append([core[m][1][0], *reversed(units_before(m))])
         else:
             m = sum(1 for g in core if g[0] and g[0][0] < k)
@@ -167,11 +216,72 @@ def _reshape(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         fact = Holds(term, Layout(tuple(out_dims), x.layout.partial), x.origin)
         rank = ctx.known(term)
         if rank == 2:
-            return (fact,)
+            return fact
         choices.append((-rank, fact))
     if not choices:
-        return (ctx.unsupported(op, f"a reshape {list(xlocal)} → {list(out_local)} that drops a split dim"),)
-    return (min(choices, key=lambda c: c[0])[1],)
+        return ctx.unsupported(op, f"a reshape {list(xlocal)} → {list(out_local)} that drops a split dim")
+    return min(choices, key=lambda c: c[0])[1]
+
+
+def _spread_reading(ctx: Ctx, op: Op, x: Holds, xlocal: tuple[int, ...], out_local: tuple[int, ...]) -> Holds | None:
+    """A reading of the reshape the reference computes in which one split is spread over several result
+    dims, or several splits meet in one; None when no such reading is the reference's.
+
+    Each global dim is its split axes (major first) then its local part. Flattened in order, these digits
+    are the same sequence before and after a row-major reshape, so any grouping of them into the result
+    dims is a global reshape whose shards are the local one, provided each result dim holds its axes
+    before its local digits. Only a result dim with one local element (a unit dim) has a choice: it may
+    take some of the axes that are waiting. (`jnp.repeat` of key/value heads split over part of an axis
+    reshapes `[.., 2·4, ..]` split over (tp_major, tp_minor) into `[.., 2, 4, ..]`, one axis each.)"""
+    shape = x.term.type.shape
+    stream: list[tuple[str, int]] = []  # ("", n): n local elements; (axis, size): a split axis
+    for k, axes in enumerate(x.layout.dims):
+        if shape[k] % ctx.mesh.size_of(axes):
+            return None
+        stream += [(a, ctx.mesh.axis_size(a)) for a in axes]
+        if xlocal[k] != 1:
+            stream.append(("", xlocal[k]))
+    readings: list[list[tuple[str, ...]]] = []
+
+    def place(j: int, pos: int, rest: int, dims: list[tuple[str, ...]]) -> None:
+        # `rest`: local elements left of the digit at `pos` (0: all of it).
+        if len(readings) > 16:
+            return
+        if j == len(out_local):
+            if pos == len(stream):
+                readings.append(dims)
+            return
+        waiting = 0
+        while pos + waiting < len(stream) and stream[pos + waiting][0] and not rest:
+            waiting += 1
+        takes = range(waiting + 1) if out_local[j] == 1 else [waiting]
+        for t in takes:
+            axes = tuple(a for a, _ in stream[pos:pos + t])
+            p, r, need = pos + t, rest, out_local[j]
+            while need > 1:
+                if p == len(stream) or stream[p][0]:
+                    break
+                have = r or stream[p][1]
+                if have % need == 0 and have != need:
+                    r, need = have // need, 1
+                elif need % have == 0:
+                    p, r, need = p + 1, 0, need // have
+                else:
+                    break
+            if need == 1:
+                place(j + 1, p, r, [*dims, axes])
+
+    place(0, 0, 0, [])
+    best: tuple[int, Holds] | None = None
+    for dims in readings:
+        if all(not d for d in dims) or tuple(dims) == x.layout.dims:
+            continue
+        gshape = tuple(n * ctx.mesh.size_of(d) for n, d in zip(out_local, dims, strict=True))
+        term = ctx.terms.apply("reshape", (x.term,), (), TensorType(gshape, op.result.tensor.dtype))
+        rank = ctx.known(term)
+        if rank and (best is None or rank > best[0]):
+            best = (rank, Holds(term, Layout(tuple(dims), x.layout.partial), x.origin))
+    return None if best is None else best[1]
 
 
 def _split_to_major(ctx: Ctx, x: Holds, group: list[int]) -> Holds | None:

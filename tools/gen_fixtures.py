@@ -1298,6 +1298,28 @@ def _gqa_sub_axis(name: str) -> Built:
                             ["x", "wq", "wk", "wv", "wo"], in_specs, out_spec)
 
 
+@fixture("gqa_kv_projection_split_shardy", "grouped-query attention with the k/v projections split over tp = 4 like "
+         "q's (2 KV heads, half a head per device): the half heads all-gathered over tp's minor half, then repeated "
+         "only as far as the device's query heads need")
+def _gqa_kv_split(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_spec = head_groups.gqa_specs(kv_split=True)
+    return partitioned_pair(name, head_groups.gqa_attention, mesh, head_groups.gqa_init(rng_for(name)),
+                            ["x", "wq", "wk", "wv", "wo"], in_specs, out_spec)
+
+
+@fixture("mut_gqa_kv_half_heads_gathered_over_tp_major", "gqa_kv_projection_split_shardy after.hlo with the first "
+         "all-gather of half KV heads over tp's major half instead of its minor half: each device joins its half "
+         "head to a half of the other KV head")
+def _mut_gqa_kv_gather(name: str) -> Built:
+    text = build("gqa_kv_projection_split_shardy").after_text
+    gather = hlo_instructions(text, "all-gather")[0]
+    idx, line = hlo_instruction_line(text, gather)
+    assert "{'axis_3'}, dimensions={3}" in line
+    new = replace_line(text, idx, line.replace("{'axis_3'}, dimensions={3}", "{'axis_2'}, dimensions={3}"))
+    return mutated(name, "gqa_kv_projection_split_shardy", new, gather, f"{gather} gathers over the major half of tp")
+
+
 @fixture("mut_gqa_kv_head_offsets_swapped", "gqa_kv_heads_sub_axis_shardy after.hlo with the table of KV-head "
          "offsets {0, 4} changed to {4, 0}: each device attends with the other group's keys and values")
 def _mut_gqa_offsets(name: str) -> Built:

@@ -3,7 +3,9 @@
 - ``gqa_attention``: grouped-query attention (Llama-3's GQA) with fewer key/value heads than the tensor-
   parallel axis has devices: 8 query heads over ``tp`` = 4, 2 KV heads repeated 4 times. XLA's partitioner
   gives each pair of devices one KV head, looked up from the partition id through constant tables: the block
-  index along the major half of ``tp`` (Shardy's sub-axis ``tp:(1)2``), which no sharding names.
+  index along the major half of ``tp`` (Shardy's sub-axis ``tp:(1)2``), which no sharding names. With the k/v
+  projections split over ``tp`` too, each device computes half a KV head, all-gathers the other half over the
+  minor half of ``tp`` and broadcasts only the repeats its own query heads need.
 - ``rope_kv_half_heads``: RoPE on the keys of 2 KV heads whose fused projection `[d, 2·8]` is split over
   ``tp`` = 4: each device holds half a head, and RoPE's `rotate_half` needs the other half. XLA exchanges half
   heads between device pairs (collective-permutes, a window of its own per device) with the heads kept as a
@@ -44,8 +46,11 @@ def gqa_init(rng: np.random.Generator) -> list[np.ndarray]:
     return [(rng.standard_normal(s) / np.sqrt(s[-2] if len(s) == 2 else 1)).astype(np.float32) for s in shapes]
 
 
-def gqa_specs(dp: str = "dp", tp: str = "tp") -> tuple[list[P], P]:
-    return [P(dp), P(None, tp), P(), P(), P(tp, None)], P(dp)
+def gqa_specs(dp: str = "dp", tp: str = "tp", *, kv_split: bool = False) -> tuple[list[P], P]:
+    """k/v projections replicated, or (`kv_split`) split over tp like q's: then each device holds half a KV head
+    and XLA all-gathers it over the minor half of tp before repeating it for its query heads."""
+    kv = P(None, tp) if kv_split else P()
+    return [P(dp), P(None, tp), kv, kv, P(tp, None)], P(dp)
 
 
 EXPERTS = 4
