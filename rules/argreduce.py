@@ -15,7 +15,9 @@ that its out spec splits over the blocks' axes (`x.argmax(-1, keepdims=True)` of
 `P(..., "y")`): that is the tensor of every block's result, the reduce of the operands cut into their
 blocks (`leaving`). Any other use of a block result is not modelled (`unknown`); a combine that
 does not gather every block, or combines them with another body or init, is evidence of a discrepancy
-(checked by running the programs before it is reported).
+(checked by running the programs before it is reported). Written by hand in a shard_map, the combine is often
+a pmax of the block maxima and a pmin of the global indices of the blocks that attain it (`offset`, `best`,
+`pick`, `least` below, through `Best` facts).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from scalify_hlo.rules.facts import Blocks, Ctx, Fact, Holds, PerBlock
+import numpy as np
+from scalify_hlo.rules.facts import Best, Blocks, Ctx, Fact, Holds, PerBlock, Varying
 
 from scalify_hlo.ir.nodes import Op, TensorType
 from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.ops.attrs import term_attrs
-from scalify_hlo.ops.reducers import arg_reducer_of
+from scalify_hlo.ops.reducers import Reducer, arg_reducer_of, is_identity
 from scalify_hlo.terms.term import Term
 
 
@@ -161,3 +164,99 @@ def leaving(ctx: Ctx, b: Blocks, declared: Layout) -> Holds | None:
         term = ctx.terms.apply("transpose", (term,), (("permutation", tuple(perm)),),
                                TensorType(tuple(out[i] for i in perm), term.type.dtype))
     return Holds(term, declared, b.origin)
+
+
+# ---- argmax by hand: best value by pmax, the first index where it is attained by pmin --------------------
+#
+# In a shard_map the block result holds *local* indices. `jnp.argmax(x) + axis_index(A) * n` makes them
+# global (`offset`); `lm == pmax(lm, A)` with `lm = jnp.max(x)` says which devices' blocks attain the global
+# max (`best`); `where(that, index, BIG)` keeps their candidates (`pick`); `pmin(.., A)` takes the first
+# (`least`): the devices' blocks are in index order along the split dim, so the smallest candidate is the
+# global first best index, JAX's argmax. Exact for values without NaN (as every reduction identity here is):
+# a NaN block max equals nothing, where the reference's argmax points at the first NaN.
+
+def offset(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Blocks | None:
+    """Block indices of a local iota plus each device's block start: the blocks of the argmax/argmin over
+    the global iota. None when the operands are not exactly that."""
+    if op.opcode != "add" or len(facts) != 2:
+        return None
+    b = next((f for f in facts if isinstance(f, Blocks)), None)
+    v = next((f for f in facts if isinstance(f, Varying)), None)
+    if b is None or v is None or b.index != 1 or b.dim is not None or b.gathered or len(b.whole) != 2:
+        return None
+    whole = b.whole[1]
+    x, idx, *inits = whole.args
+    n_all = x.type.shape[b.reduced]
+    n = n_all // ctx.mesh.size_of(b.axes)
+    local = ctx.fold(idx)
+    rank = idx.type.rank
+    if local is None or local.shape != idx.type.shape:
+        return None
+    line = (np.arange(n_all) % n).reshape([-1 if i == b.reduced else 1 for i in range(rank)])
+    if not np.array_equal(local, np.broadcast_to(line, local.shape)):
+        return None
+    starts = ctx.mesh.linear_index(np.arange(ctx.mesh.size), b.axes, devices=True) * n
+    values = np.asarray(v.values)
+    if values.shape[0] != len(starts) or not all(np.all(values[c] == s) for c, s in enumerate(starts)):
+        return None
+    glob = ctx.terms.iota(b.reduced, idx.type)
+    attrs = tuple((k, a) for k, a in whole.attrs if k != "index")
+    new = tuple(ctx.terms.mk("reduce", (x, glob, *inits), (*attrs, ("index", i)), w.type)
+                for i, w in enumerate(b.whole))
+    return dataclasses.replace(b, whole=new)
+
+
+def best(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Best | None:
+    """`block_max == pmax(block_max)` (or min/pmin): where each device's block attains the global max."""
+    if op.opcode != "compare" or str(op.attrs.get("comparison_direction")) != "EQ" or len(facts) != 2:
+        return None
+    if not all(isinstance(f, Holds) for f in facts):
+        return None
+    a, c = facts
+    assert isinstance(a, Holds) and isinstance(c, Holds)
+    part, full = (a, c) if a.layout.partial else (c, a)
+    if part.term != full.term or full.layout.partial or Layout(part.layout.dims) != full.layout:
+        return None
+    reducers = {r for _, r in part.layout.partial}
+    if reducers not in ({Reducer.MAX}, {Reducer.MIN}):
+        return None
+    t = part.term
+    if t.op != "reduce" or len(t.args) != 2:
+        return None
+    attrs = dict(t.attrs)
+    red = tuple(attrs.get("dimensions", ()))
+    (reducer,) = reducers
+    init = ctx.fold(t.args[1])
+    if len(red) != 1 or attrs.get("reducer") != reducer.value or init is None \
+            or not is_identity(init.item() if init.size == 1 else None, reducer, t.args[1].type.dtype):
+        return None
+    axes = tuple(a for a, _ in part.layout.partial)
+    kind = "argmax" if reducer is Reducer.MAX else "argmin"
+    return Best(t, t.args[0], red[0], axes, full.layout, kind, op)
+
+
+def pick(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Best | None:
+    """`where(best, index, BIG)`: each device's candidate index, BIG where its block is not the best."""
+    if op.opcode != "select" or len(facts) != 3:
+        return None
+    m, b, fill = facts
+    if not isinstance(m, Best) or m.pick is not None or not isinstance(b, Blocks) or not isinstance(fill, Holds):
+        return None
+    if b.index != 1 or b.dim is not None or b.gathered or b.kind != m.kind or b.layout != m.layout:
+        return None
+    x, idx, *_ = b.whole[1].args
+    n_all = x.type.shape[m.reduced]
+    if x != m.operand or set(b.axes) != set(m.axes) or idx != ctx.terms.iota(m.reduced, idx.type):
+        return None
+    values = ctx.fold(fill.term) if not fill.layout.partial else None
+    if values is None or values.size == 0 or not np.all(values == values.flat[0]) or values.flat[0] < n_all - 1:
+        return None
+    return dataclasses.replace(m, pick=b.whole[1], fill=int(values.flat[0]))
+
+
+def least(ctx: Ctx, op: Op, m: Best, axes: tuple[str, ...], reducer: Reducer) -> Fact:
+    """`pmin` of the candidates over the blocks' axes: the global first best index."""
+    if m.pick is None or reducer is not Reducer.MIN or set(axes) != set(m.axes):
+        return ctx.unsupported(op, f"an all-reduce of where the blocks attain their {m.kind[3:]} other than "
+                               f"a min of their candidate indices over {list(m.axes)}")
+    return Holds(m.pick, m.layout)

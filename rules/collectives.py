@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from scalify_hlo.rules import argreduce, perblock
 from scalify_hlo.rules.facts import (
+    Best,
     Blocks,
     Ctx,
     Fact,
@@ -77,6 +78,8 @@ def all_reduce_one(ctx: Ctx, op: Op, f: Fact, axes: tuple[str, ...], reducer: Re
         return upstream(f, op)
     if isinstance(f, PerBlock):
         return perblock.all_reduce(ctx, f, axes, reducer)
+    if isinstance(f, Best):
+        return argreduce.least(ctx, op, f, axes, reducer)
     if not isinstance(f, Holds):
         return ctx.unsupported(op, "an all-reduce of a non-tensor")
     layout, term = f.layout, f.term

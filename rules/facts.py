@@ -155,6 +155,25 @@ class Blocks:
     gathered: bool = False
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Best:
+    """Where each device's block attains a max/min over a dim split over `axes` (rules/argreduce.py): on
+    device `c`, element `i` is whether `c`'s block reduction equals `value[i]`, the global one (`value` is
+    the reduction of `operand` over dim `reduced`; `layout` lays it out). With `pick` (the global
+    argmax/argmin's index term) it is the device's candidate instead: the global index of the first best
+    element of its block where the block attains the best, `fill` elsewhere."""
+
+    value: Term
+    operand: Term
+    reduced: int
+    axes: tuple[str, ...]
+    layout: Layout
+    kind: str  # "argmax" | "argmin"
+    origin: Op
+    pick: Term | None = None
+    fill: int | None = None
+
+
 # What a halo holds outside the tensor: a value, the rows at the other end ("wrap"), or unknown (None).
 Fill: TypeAlias = float | typing.Literal["wrap"] | None
 
@@ -207,7 +226,7 @@ class Written:
 
 
 Masked: TypeAlias = Shifted | InWindow | Lookup
-Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked | Blocks | PerBlock | Halo | Rows | Written
+Fact: TypeAlias = Holds | Varying | Failed | TupleFact | Masked | Blocks | Best | PerBlock | Halo | Rows | Written
 
 
 def view(term: Term, have: Layout, want: tuple[tuple[str, ...], ...], mesh: Mesh, terms: Terms) -> Term | None:

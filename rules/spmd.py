@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from scalify_hlo.rules import argreduce, perblock
 from scalify_hlo.rules.facts import (
+    Best,
     Blocks,
     Ctx,
     Fact,
@@ -90,6 +91,9 @@ def _partial_allowed(op: Op, partial: list[bool], reducer: Reducer) -> bool:
 
 
 def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+    by_hand = _argmax_by_hand(ctx, op, facts)
+    if by_hand is not None:
+        return (by_hand,)
     facts = tuple(argreduce.per_device(ctx, op, f) for f in facts)
     if any(isinstance(f, PerBlock) for f in facts):
         # (a device-varying scalar stays one: perblock reads it as a table over the blocks' axes)
@@ -122,7 +126,9 @@ def elementwise(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
         hs[0] = Holds(pred, Layout.replicated(out_t.rank))
     zero_like = [_is_zero(h.term) and not h.layout.partial for h in hs]
     partials = {h.layout.partial for h, z in zip(hs, zero_like, strict=True) if h.layout.partial and not z}
-    origin = next((h.origin for h in hs if h.layout.partial), None)
+    # Where the value was made partial; an all-reduce that left it partial (over other axes) is where the fix goes.
+    origins = [h.origin for h in hs if h.layout.partial and h.origin is not None]
+    origin = next((o for o in origins if o.opcode == "all_reduce"), origins[0] if origins else None)
     if len(partials) > 1:
         return (ctx.fail(op, f"{op.opcode} combines values partial over different axes "
                          f"({'; '.join(ctx.describe(Layout((), p)) for p in partials)})", evidence=True,
@@ -298,6 +304,17 @@ def reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
                            TensorType(gshape, op.result.tensor.dtype))
     blocks = perblock.blockwise(ctx, x, init.term, reducer, op.result.tensor.dtype) if split and not x.layout.partial and not gshape else None
     return (Holds(term, layout, op if split else x.origin, blocks),)
+
+
+def _argmax_by_hand(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Fact | None:
+    """The steps of an argmax written with pmax and pmin over block results (rules/argreduce.py)."""
+    if op.opcode == "add" and any(isinstance(f, Blocks) for f in facts):
+        return argreduce.offset(ctx, op, facts)
+    if op.opcode == "compare" and any(isinstance(f, Holds) and f.layout.partial for f in facts):
+        return argreduce.best(ctx, op, facts)
+    if op.opcode == "select" and facts and isinstance(facts[0], Best):
+        return argreduce.pick(ctx, op, facts)
+    return None
 
 
 def _variadic_reduce(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:

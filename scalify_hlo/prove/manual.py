@@ -17,7 +17,7 @@ from scalify_hlo.layout.mesh import Layout
 from scalify_hlo.layout.program import manual_layouts
 from scalify_hlo.prove import cases, per_device
 from scalify_hlo.rules import boundary
-from scalify_hlo.rules.facts import Fact, Failed, Holds
+from scalify_hlo.rules.facts import Blocks, Fact, Failed, Holds, PerBlock, Varying
 
 if TYPE_CHECKING:
     from scalify_hlo.prove.derive import Deriver
@@ -84,8 +84,12 @@ def _manual_body(d: Deriver, op: Op, args: list[Fact], outs: Sequence[Layout]) -
 
 
 def _open(results: Sequence[Fact]) -> bool:
-    """Some result is unknown (neither derived nor shown wrong)."""
-    return any(isinstance(f, Failed) and not f.evidence for f in results)
+    """Some result is unknown (neither derived nor shown wrong): unsupported, or values no device holds a
+    block of that nothing settled (rows of a table, halos, masks), which the boundary cannot read."""
+    return any((isinstance(f, Failed) and not f.evidence) or not isinstance(f, _RETURNABLE) for f in results)
+
+
+_RETURNABLE = (Failed, Holds, Varying, PerBlock, Blocks)  # what `boundary.returned` reads
 
 
 def _leave_manual(d: Deriver, op: Op, f: Fact, declared: Layout, res: Value, producer: Op | None) -> Fact:

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from programs.shard_map_corpus_spec import M8, M24, P, Program, b8, f32, i32
+from programs.shard_map_corpus_spec import M8, M24, M42, P, Program, b8, f32, i32
 
 PROGRAMS: list[Program] = []
 add = PROGRAMS.append
@@ -403,6 +403,30 @@ def argmax_body(x: jax.Array) -> jax.Array:
 
 add(Program("pat_global_argmax", lambda x: jnp.argmax(x).astype(jnp.int32), argmax_body, M8, (P("i"),), P(),
             (f32(32),), "pattern: global argmax from pmax, pmin and axis_index"))
+
+
+def _first_best(logits: jax.Array, local: jax.Array, best: jax.Array) -> jax.Array:
+    pos = jnp.argmax(logits, -1).astype(jnp.int32) + lax.axis_index("i") * logits.shape[1]
+    return lax.pmin(jnp.where(local == best, pos, jnp.int32(2**30)), "i")
+
+
+def greedy_tokens(logits: jax.Array) -> jax.Array:
+    local = jnp.max(logits, -1)
+    return _first_best(logits, local, lax.pmax(local, "i"))
+
+
+def greedy_tokens_pmax_axis(logits: jax.Array) -> jax.Array:
+    local = jnp.max(logits, -1)
+    best = lax.pmax(local, "j")  # BUG: the best logit over the batch axis, not over the vocab's
+    return _first_best(logits, local, best)
+
+
+add(Program("pat_greedy_tokens_vocab_split", lambda x: jnp.argmax(x, -1).astype(jnp.int32), greedy_tokens,
+            M42, (P("j", "i"),), P("j"), (f32(8, 32),),
+            "pattern: greedy decoding over a vocab split over i: each row's argmax from pmax, pmin and axis_index"))
+add(Program("pat_greedy_tokens_vocab_split_BUG_pmax_axis", lambda x: jnp.argmax(x, -1).astype(jnp.int32),
+            greedy_tokens_pmax_axis, M42, (P("j", "i"),), P("j"), (f32(8, 32),),
+            "pattern: greedy decoding, the best logit taken over the batch axis", bug=True))
 
 
 def bool_ref(x: jax.Array) -> tuple[jax.Array, jax.Array]:
