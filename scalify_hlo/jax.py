@@ -62,9 +62,10 @@ def after_spmd(lowered: jax.stages.Lowered) -> str:
     """Compile `lowered` once more and return the module right after XLA's SPMD partitioner."""
     name = lowered.as_text().split("module @", 1)[-1].split(" ", 1)[0]
     with tempfile.TemporaryDirectory(prefix="scalify-hlo-") as d:
-        # Every dump option is set here, so a user's own XLA_FLAGS (a module filter, say) cannot hide it.
+        # Every dump option is set here, so a user's own XLA_FLAGS (a module filter, say) cannot hide it; large
+        # constants in full, since the verifier reads their values (a table of positions, of scales).
         lowered.compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
-                                          "xla_dump_hlo_module_re": ".*"})
+                                          "xla_dump_hlo_module_re": ".*", "xla_dump_large_constants": True})
         return _after_partitioning(Path(d), name)
 
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import AbstractMesh, AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from scalify_hlo.jax import VerificationFailure, check_shard_map, verifying
+from scalify_hlo.jax import VerificationFailure, check, check_shard_map, verifying
 
 AXES = ("dp", "tp")
 PARAMS = {"w1": jax.ShapeDtypeStruct((16, 32), jnp.float32), "w2": jax.ShapeDtypeStruct((32, 16), jnp.float32)}
@@ -174,3 +175,12 @@ def test_verifying_captures_a_jit_whose_input_jax_moves_first(mesh: jax.sharding
     with verifying() as session:
         jax.jit(scale, in_shardings=sharding, out_shardings=sharding)(jnp.ones((8, 16), jnp.float32))
     assert [r.verdict for r in session.results] == ["equivalent"], session.summary()
+
+
+def test_check_reads_large_constants_of_the_partitioned_module(mesh: jax.sharding.Mesh) -> None:
+    # XLA's dump elides a constant of more than a few elements unless told otherwise; check() must ask for
+    # them in full (it read its own dump as bad input before).
+    table = np.linspace(0.5, 2.0, 16).astype(np.float32)  # a per-position scale table
+    x = jax.ShapeDtypeStruct((4, 16, 8), jnp.float32)
+    split = NamedSharding(mesh, P("dp", None, "tp"))
+    assert check(lambda v: v * table[None, :, None], x, in_shardings=split, out_shardings=split).name == "equivalent"

@@ -488,7 +488,7 @@ class _Prover:
                         found=g.layout.describe(self.ap.mesh)))
                     continue
                 term = seen
-            norm = blockwise.Normaliser(self.terms)
+            norm = blockwise.Normaliser(self.terms, self.deadline.passed if self.deadline is not None else lambda: False)
             how = ("identical" if term is bt else "saturation" if self.sync.prove(term, bt)
                    else "blockwise" if self._blockwise(term, bt, norm) else None)
             if how is not None:

@@ -58,8 +58,10 @@ Rule = Callable[[tuple[Term, ...], AttrKey, TensorType], "Term | None"]
 class Normaliser(Joins):
     """Rewrites terms bottom up to the normal form of the module docstring (memoised per term)."""
 
-    def __init__(self, terms: Terms) -> None:
+    def __init__(self, terms: Terms, expired: Callable[[], bool] = lambda: False) -> None:
         self.terms = terms
+        self.expired = expired  # the run's time limit: past it, the comparison gives up like out of fuel
+        self._concats = {}
         self.memo: dict[int, Term] = {}
         self.compared: dict[tuple[int, int], bool] = {}  # (after, before) term ids -> shown equal
         # For localisation: concatenations that merging blocks left behind ("misplaced": slices of one
@@ -98,9 +100,7 @@ class Normaliser(Joins):
         hit = self.memo.get(t.id)
         if hit is not None:
             return hit
-        self.fuel -= 1
-        if self.fuel < 0:
-            raise _OutOfFuel
+        self.tick()
         r = t
         if t.op == "iota" and t.type.size <= FOLD_LIMIT and (value := constant_value(t)) is not None:
             r = folded(self.terms, value, t.type)
@@ -115,6 +115,11 @@ class Normaliser(Joins):
 
     def make(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
         return self(self.terms.apply(op, args, attrs, type))
+
+    def tick(self) -> None:
+        self.fuel -= 1
+        if self.fuel < 0 or (self.fuel % 1024 == 0 and self.expired()):
+            raise _OutOfFuel
 
     def rewrite(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
         if op not in ("constant", "reduce") and type.size <= FOLD_LIMIT and all(is_constant(a) for a in args):

@@ -29,8 +29,13 @@ class Joins:
     terms: Terms
     unjoined: dict[int, str]
     _merging: int
+    _concats: dict[tuple[tuple[int, ...], int, bool], Term]
 
     def make(self, op: str, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term:
+        raise NotImplementedError
+
+    def tick(self) -> None:
+        """One step of work: raises when the comparison is out of fuel or time."""
         raise NotImplementedError
 
     def _concatenate(self, args: tuple[Term, ...], attrs: AttrKey, type: TensorType) -> Term | None:
@@ -53,7 +58,16 @@ class Joins:
         return next((self.unjoined[s.id] for s in t.walk() if s.id in self.unjoined), None)
 
     def concat(self, pieces: Sequence[Term], d: int) -> Term:
-        """The concatenation of `pieces` along `d`, in normal form."""
+        """The concatenation of `pieces` along `d`, in normal form (memoised: blocks of a deep elementwise
+        computation share their operands, which the columns of `_concat_elementwise` meet again and again)."""
+        key = (tuple(p.id for p in pieces), d, self._merging > 0)
+        hit = self._concats.get(key)
+        if hit is None:
+            self.tick()
+            hit = self._concats[key] = self._concat(pieces, d)
+        return hit
+
+    def _concat(self, pieces: Sequence[Term], d: int) -> Term:
         flat: list[Term] = []
         for p in pieces:
             flat.extend(p.args if p.op == "concatenate" and p.attr("dimension") == d else (p,))

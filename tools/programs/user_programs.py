@@ -403,3 +403,29 @@ def dropout_of_a_3d_activation_split_two_ways(m: Any, m8: Any, m3: Any) -> Repor
 def batch_over_two_axes_returned_over_one(m: Any, m8: Any, m3: Any) -> Report:
     return check(lambda x: jnp.tanh(x) * 2.0, S(16, 8, f32), in_shardings=(_n(m, ("dp", "tp")),),
                  out_shardings=_n(m, "tp"))
+
+
+def _dropout_ref(x: Any, key: Any) -> Any:
+    return jnp.where(jax.random.bernoulli(key, 0.9, x.shape), x / 0.9, 0.0)
+
+
+@program()
+def dropout_mask_sliced_per_shard(m: Any, m8: Any, m3: Any) -> Report:
+    def impl(x: Any, key: Any) -> Any:
+        keep = jax.random.bernoulli(key, 0.9, (4, 16, 8))  # the whole mask, each device's block sliced out
+        i, j = jax.lax.axis_index("dp"), jax.lax.axis_index("tp")
+        keep = jax.lax.dynamic_slice(keep, (i * 2, j * 4, 0), x.shape)
+        return jnp.where(keep, x / 0.9, 0.0)
+    return check_shard_map(_dropout_ref, impl, S(4, 16, 8, f32), jax.ShapeDtypeStruct((), jax.random.key(0).dtype),
+                           mesh=m, in_specs=(P("dp", "tp"), P()), out_specs=P("dp", "tp"), time_limit=60)
+
+
+@program("discrepancy")
+def dropout_mask_drawn_per_shard(m: Any, m8: Any, m3: Any) -> Report:
+    # The blocks of eight threefry computations concatenated: a deep DAG whose normal form once took
+    # exponential time (the run ignored its time limit).
+    def impl(x: Any, key: Any) -> Any:
+        k = jax.random.fold_in(jax.random.fold_in(key, jax.lax.axis_index("dp")), jax.lax.axis_index("tp"))
+        return jnp.where(jax.random.bernoulli(k, 0.9, x.shape), x / 0.9, 0.0)  # not the reference's mask
+    return check_shard_map(_dropout_ref, impl, S(4, 16, 8, f32), jax.ShapeDtypeStruct((), jax.random.key(0).dtype),
+                           mesh=m, in_specs=(P("dp", "tp"), P()), out_specs=P("dp", "tp"), time_limit=60)
