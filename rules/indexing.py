@@ -64,6 +64,11 @@ def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
         if isinstance(off, np.ndarray):
             clamped = np.clip(off, 0, xlocal[d] - sizes[d])
             found = _block_table(ctx, clamped, sizes[d]) if np.array_equal(clamped, off) else None
+            window = _window_of_blocks(ctx, x, d, off, sizes[d]) if found is None else None
+            if window is not None:  # the blocks of a window of the dim: c + size × a block index
+                dims[d], (start, gshape[d]) = window
+                term_starts.append(start)
+                continue
             if found is None:
                 window = H.dynamic_window(ctx, x, d, off, sizes, op)
                 if window is not None:
@@ -130,6 +135,25 @@ def dynamic_slice(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]
             return (ctx.unsupported(op, f"dim {d} does not divide into {len(order)} blocks"),)
         term = moved
     return (Holds(term, layout, x.origin),)
+
+
+def _window_of_blocks(ctx: Ctx, x: Holds, d: int, offsets: np.ndarray, size: int
+                      ) -> tuple[tuple[str, ...], tuple[int, int]] | None:
+    """(axes, (start, length)) when each device reads, of a dim no axis splits, the block at `start + size ×`
+    its index along `axes`, all within the dim (no clamping): then the devices hold the blocks of the window
+    `[start, start + length)` (positions after a BOS slot: a RoPE table read at `axis_index · n + 1`)."""
+    if x.layout.dims[d]:
+        return None
+    start = int(offsets.min())
+    found = _block_table(ctx, offsets - start, size)
+    if found is None or found[1] is not None:
+        return None
+    axes = found[0]
+    length = size * ctx.mesh.size_of(axes)
+    if (start == 0 and length == x.term.type.shape[d]) or start + length > x.term.type.shape[d] \
+            or set(axes) & (x.layout.split_axes() | x.layout.partial_axes()):
+        return None  # (the whole dim is the ordinary reading, below)
+    return axes, (start, length)
 
 
 def _block_table(ctx: Ctx, offsets: np.ndarray, size: int) -> tuple[tuple[str, ...], np.ndarray | None] | None:

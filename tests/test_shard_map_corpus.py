@@ -42,6 +42,8 @@ FEW = {
     "smt_dynamic_slice_const": "proven",  # rows left unsettled in the body: the per-device split still runs
     "pat_greedy_tokens_vocab_split": "proven",  # argmax per row by pmax, pmin and axis_index
     "pat_greedy_tokens_vocab_split_BUG_pmax_axis": "caught",
+    "pat_position_table_after_bos": "proven",  # offsets c + n · axis_index: blocks of a window
+    "pat_position_table_after_bos_BUG_from_zero": "caught",
 }
 
 

@@ -429,6 +429,32 @@ add(Program("pat_greedy_tokens_vocab_split_BUG_pmax_axis", lambda x: jnp.argmax(
             "pattern: greedy decoding, the best logit taken over the batch axis", bug=True))
 
 
+def _scale_by_position(x: jax.Array, table: jax.Array) -> jax.Array:
+    return x * table[:, None]
+
+
+def after_bos_ref(x: jax.Array, table: jax.Array) -> jax.Array:
+    return _scale_by_position(x, table[jnp.arange(1, x.shape[0] + 1)])  # position 0 is the BOS slot
+
+
+def after_bos(x: jax.Array, table: jax.Array) -> jax.Array:
+    n = x.shape[0]
+    return _scale_by_position(x, lax.dynamic_slice_in_dim(table, lax.axis_index("i") * n + 1, n))
+
+
+def after_bos_from_zero(x: jax.Array, table: jax.Array) -> jax.Array:
+    n = x.shape[0]
+    rows = lax.dynamic_slice_in_dim(table, lax.axis_index("i") * n, n)  # BUG: reads the BOS slot's row too
+    return _scale_by_position(x, rows)
+
+
+add(Program("pat_position_table_after_bos", after_bos_ref, after_bos, M8, (P("i"), P()), P("i"),
+            (f32(32, 4), f32(40)), "pattern: a position table read per device at axis_index · n + 1"))
+add(Program("pat_position_table_after_bos_BUG_from_zero", after_bos_ref, after_bos_from_zero, M8, (P("i"), P()),
+            P("i"), (f32(32, 4), f32(40)), "pattern: a position table read per device, the BOS offset left out",
+            bug=True))
+
+
 def bool_ref(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jnp.any(x), x
 
