@@ -49,6 +49,17 @@ def has_channel(op: Op) -> bool:
     return isinstance(ch, ChannelHandle) and ch.handle > 0
 
 
+def keeps_without_channel(op: Op) -> bool | None:
+    """A collective-permute without a channel is cross-replica: with one replica only the pair (0, 0) names
+    one, so each device keeps its own value (True) or receives nothing, zeros (False). None with a channel."""
+    if has_channel(op):
+        return None
+    pairs = op.attrs.get("source_target_pairs")
+    if not isinstance(pairs, Literal):
+        return False
+    return any(int(s) == 0 and int(t) == 0 for s, t in np.asarray(pairs.array, dtype=np.int64).reshape(-1, 2))
+
+
 def listed_groups(op: Op) -> IntArray | None:
     """The op's `replica_groups` as a [G, S] array, None when it lists none (one group of all)."""
     v = op.attrs.get("replica_groups")

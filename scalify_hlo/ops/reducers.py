@@ -10,8 +10,12 @@ and the comparator of XLA's TopK custom call.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from scalify_hlo.ir.dtypes import numpy_dtype
@@ -68,10 +72,26 @@ def is_identity(value: float | int | None, reducer: Reducer, dtype: str) -> bool
         return False
 
 
+# Whether a reduction body that rounds its accumulator to a narrower float at each step (XLA's float
+# normalization: an f32 max rounded to bf16) is read as its reducer: only where roundings XLA may drop are
+# read away (`--excess-precision`, the default of `passes`), set for a run by `rounding_reducers`.
+_ROUNDING: ContextVar[bool] = ContextVar("scalify_hlo_rounding_reducers", default=False)
+
+
+@contextmanager
+def rounding_reducers(allowed: bool) -> Iterator[None]:
+    token = _ROUNDING.set(allowed)
+    try:
+        yield
+    finally:
+        _ROUNDING.reset(token)
+
+
 def reducer_of(region: Region) -> Reducer | None:
     """The reducer of a two-argument region that applies one associative op to its arguments; also where
-    sharding constraints or float converts stand around the op (XLA's float normalization: a bf16 reduction
-    computed in f32, or an f32 one rounded to bf16 at each step): the same reducer over the reals."""
+    sharding constraints or float converts stand around the op (a bf16 reduction computed in f32). A convert
+    that rounds to a type narrower than the arguments' (an f32 reduction rounded to bf16 at each step) is
+    another computation, None as for any other body, unless roundings are read away (`rounding_reducers`)."""
     if len(region.args) != 2 or len(region.results) != 1:
         return None
     defs = {r: op for op in region.ops for r in op.results}
@@ -94,7 +114,21 @@ def reducer_of(region: Region) -> Reducer | None:
         return None  # another op in the body, or the op not applied to both arguments
     if len(region.ops) > 1 and not all(_is_float(v) for v in (*region.args, *core.results)):
         return None
+    own = region.args[0].type
+    for op in () if _ROUNDING.get() else region.ops:
+        if op.opcode == "convert" and isinstance(own, TensorType) and op.result.tensor.dtype != own.dtype \
+                and not _holds_every(op.result.tensor.dtype, own.dtype):
+            return None
     return REDUCER_OF_OP.get(core.opcode)
+
+
+def _holds_every(wide: str, narrow: str) -> bool:
+    """Whether float type `wide` represents every value of `narrow` (no rounding converting to it)."""
+    try:
+        w, n = ml_dtypes.finfo(numpy_dtype(wide)), ml_dtypes.finfo(numpy_dtype(narrow))
+    except ValueError:
+        return False
+    return bool(w.nmant >= n.nmant and w.maxexp >= n.maxexp and w.minexp <= n.minexp)
 
 
 def _is_float(v: Value) -> bool:

@@ -261,7 +261,7 @@ def _along_axis(sub: Deriver, op: Op, axis: str) -> Callable[[list[Deriver], Op]
 
 def _along(sub: Deriver, op: Op, axis: str) -> Combine | None:
     """The combining rule when `op` is a collective along `axis`, else None (each case runs it)."""
-    if op.opcode not in _ALONG or (not has_channel(op) and op.opcode != "collective_permute"):
+    if op.opcode not in _ALONG or not has_channel(op):  # (without one, each case reads it: derive.py)
         return None
     if op.opcode == "collective_permute":
         pairs = op.attrs.get("source_target_pairs")

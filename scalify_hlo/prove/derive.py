@@ -18,6 +18,7 @@ import numpy as np
 
 from scalify_hlo.ir.nodes import Op, Region, Value, walk
 from scalify_hlo.layout import boundary as layout_boundary
+from scalify_hlo.layout.groups import keeps_without_channel
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.numeric.kernels import kernel_of
 from scalify_hlo.numeric.machine import Machine, NumericUnsupported
@@ -206,6 +207,11 @@ class Deriver:
                 self.varying_op.setdefault(id(f), op)
 
     def _transfer(self, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+        if op.opcode == "collective_permute" and (keeps := keeps_without_channel(op)) is not None:
+            # (before every rule that reads its pairs, which name devices only with a channel)
+            return facts if keeps else tuple(self.ctx.unsupported(op, "a collective-permute without a channel: "
+                                                                  "cross-replica, so with one replica every device "
+                                                                  "receives zeros") for _ in op.results)
         out = self._transfer_once(op, facts)
         if op.opcode in rows.RESCUED and any(isinstance(f, Failed) and not f.evidence for f in out) \
                 and (rescued := rows.rescue(self.ctx, op, facts, lambda i: self._as_rows(op.operands[i]))) is not None:
@@ -220,6 +226,8 @@ class Deriver:
         if src is None or depth == 0:
             return None
         if src.opcode == "collective_permute":
+            if keeps_without_channel(src) is not None:
+                return None  # cross-replica: its pairs name no devices
             return rows.permuted(self.ctx, src, self.facts[src.operands[0]])
         if src.opcode == "select":
             again = rows.rescue(self.ctx, src, tuple(self.facts[u] for u in src.operands),

@@ -25,6 +25,7 @@ from scalify_hlo.ir.nodes import Module, Op, TensorType, walk
 from scalify_hlo.layout.boundary import is_gspmd_manual
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.layout.program import Program, prepare, prepare_against
+from scalify_hlo.ops.reducers import rounding_reducers
 from scalify_hlo.parsers.chlo import expand_for_hlo
 from scalify_hlo.prove import carried
 from scalify_hlo.prove.derive import Deriver, loop_term, unrolled, while_terms
@@ -71,7 +72,7 @@ def load(source: str | Path | Module) -> Module:
 
 def prove(before: str | Path | Module, after: str | Path | Module, options: Options | None = None) -> Report:
     """Prove `after` (partitioned HLO or shard_map StableHLO) equivalent to the single-device `before`."""
-    with _rare_young_collections():
+    with _rare_young_collections(), rounding_reducers((options or Options()).excess_precision):
         return _prove(before, after, options)
 
 

@@ -142,7 +142,7 @@ def _concat_grid(d: Deriver, grid: dict[tuple[int, ...], Term], counts: list[int
 def _along(devices: list[int], op: Op) -> Combine | None:
     name = op.opcode
     if name == "collective_permute":
-        return partial(_permute, devices)
+        return partial(_permute, devices) if has_channel(op) else None  # (without one: derive.py)
     if name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
         return partial(_collective, devices)
     return None
