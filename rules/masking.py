@@ -28,12 +28,15 @@ from scalify_hlo.rules.facts import (
     Varying,
     Window,
     Written,
+    constant_term,
 )
 from scalify_hlo.rules.indexing import gather as gather_holds
 
+from scalify_hlo.ir.errors import ShardingError
 from scalify_hlo.ir.nodes import GatherDims, Op, TensorType
 from scalify_hlo.layout.groups import match_axis_index
 from scalify_hlo.layout.mesh import Layout, Reducer
+from scalify_hlo.numeric.machine import shard
 from scalify_hlo.ops.reducers import reducer_of
 from scalify_hlo.terms import ranges
 
@@ -52,6 +55,9 @@ def applies(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> bool:
         return False
     if any(isinstance(f, _MASKED) for f in facts):
         return True
+    if op.opcode == "gather" and len(facts) == 2 and isinstance(facts[1], Varying) \
+            and isinstance(facts[0], Holds) and facts[0].layout.split_axes():
+        return True  # constant indices shifted per device: computed per device, read as shifted here
     if op.opcode not in ("add", "subtract", "compare") or len(facts) != 2:
         return False
     return (any(isinstance(f, Varying) and _scalar(ctx, f) is not None for f in facts)
@@ -287,6 +293,9 @@ def _select(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | Non
     chosen = _bool(ctx, p)
     if chosen is not None:
         return (a if chosen else b,)
+    look = a if isinstance(a, Lookup) else b if isinstance(b, Lookup) else None
+    if look is not None and not isinstance(p, InWindow):
+        p = _varying_mask(ctx, p, look) or p
     if not isinstance(p, InWindow):
         return None
     if p.negated:
@@ -474,6 +483,11 @@ def _axes(axes: tuple[str, ...]) -> str:
 def _gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | None:
     table, idx = facts
     g = op.attrs.get("dimension_numbers")
+    if isinstance(idx, Varying) and isinstance(table, Holds) and isinstance(g, GatherDims):
+        shifted = _shifted_constant(ctx, table, g, idx)
+        if shifted is None:
+            return None
+        idx = shifted
     if not (isinstance(table, Holds) and isinstance(idx, Shifted) and isinstance(g, GatherDims)):
         return None
     itype = idx.base.term.type
@@ -507,6 +521,65 @@ def _gather(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> tuple[Fact, ...] | Non
     if idx.window is not None:
         window = window & idx.window
     return (Lookup(value, base, window, axes, op),)
+
+
+def _shifted_constant(ctx: Ctx, table: Holds, g: GatherDims, idx: Varying) -> Shifted | None:
+    """Constant indices shifted by each device's first row of the table (computed per device, so numbers,
+    not a term), read as one constant shifted: at each position, the index of the one device whose local
+    index falls in its rows, shifted back by its first row (-1, below every device's rows, where none
+    does; two devices that disagree: None). (A CLIP loss gathers the diagonal of a row-split similarity
+    matrix with `arange` labels.)"""
+    if len(g.start_index_map) != 1 or not idx.type.dtype.startswith(("i", "ui")):
+        return None
+    d = g.start_index_map[0]
+    axes = table.layout.dims[d]
+    if not axes:
+        return None
+    rows = table.layout.local_shape(table.term.type.shape, ctx.mesh)[d]
+    starts = ctx.mesh.linear_index(np.arange(ctx.mesh.size), axes, devices=True) * rows
+    values = np.asarray(idx.values).astype(np.int64)
+    inside = (values >= 0) & (values < rows)
+    back = values + starts.reshape((-1,) + (1,) * (values.ndim - 1))
+    base = np.where(inside, back, np.iinfo(np.int64).max).min(axis=0)
+    if np.any(inside & (back != base)):
+        return None
+    base = np.where(inside.any(axis=0), base, -1)
+    term = constant_term(base.astype(np.asarray(idx.values).dtype), idx.type, ctx.terms)
+    # Exact only where the base lies in the device's rows; elsewhere the device's index is any value.
+    return Shifted(Holds(term, Layout.replicated(idx.type.rank)), -starts, Window(starts, starts + rows), None, None)
+
+
+def _local_values(ctx: Ctx, f: Fact) -> np.ndarray | None:
+    """Each device's local values (`[devices, *local shape]`) of a value known as numbers: computed per
+    device, or a constant tensor under its layout."""
+    if isinstance(f, Varying):
+        return np.asarray(f.values)
+    if not isinstance(f, Holds) or f.layout.partial or (values := ctx.fold(f.term)) is None:
+        return None
+    try:
+        return shard(np.asarray(values), f.layout, ctx.mesh)
+    except (ShardingError, ValueError):
+        return None
+
+
+def _varying_mask(ctx: Ctx, p: Fact, look: Lookup) -> InWindow | None:
+    """A mask computed per device from constant indices: whether each device keeps exactly the lookup's
+    rows that lie in its window (or exactly the others, negated)."""
+    local = _local_values(ctx, look.base)
+    values = _local_values(ctx, p) if _dtype(p) == "i1" else None
+    if local is None or values is None:
+        return None
+    mask = values.astype(bool)
+    if mask.shape != local.shape:
+        return None
+    lo = look.window.lo.reshape((-1,) + (1,) * (local.ndim - 1))
+    hi = look.window.hi.reshape((-1,) + (1,) * (local.ndim - 1))
+    inside = (local >= lo) & (local < hi)
+    if np.array_equal(mask, inside):
+        return InWindow(look.base, look.window)
+    if np.array_equal(mask, ~inside):
+        return InWindow(look.base, look.window, negated=True)
+    return None
 
 
 def _index_at_outputs(ctx: Ctx, g: GatherDims, idx: Holds, value: Holds) -> Holds:

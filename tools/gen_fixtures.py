@@ -56,6 +56,7 @@ if str(TOOLS) not in sys.path:
 
 from programs import (  # noqa: E402
     block_reductions,
+    contrastive,
     control_flow,
     convergence,
     convolution,
@@ -1296,6 +1297,28 @@ def _gqa_sub_axis(name: str) -> Built:
     in_specs, out_spec = head_groups.gqa_specs()
     return partitioned_pair(name, head_groups.gqa_attention, mesh, head_groups.gqa_init(rng_for(name)),
                             ["x", "wq", "wk", "wv", "wo"], in_specs, out_spec)
+
+
+@fixture("clip_contrastive_loss_shardy", "CLIP's symmetric contrastive loss with the batch split over 8 devices: the "
+         "column loss reads the diagonal of a matrix whose columns are split, a masked lookup of constant indices")
+def _clip(name: str) -> Built:
+    mesh = make_mesh((8,), ("x",))
+    in_specs, out_spec = contrastive.clip_specs()
+    return partitioned_pair(name, contrastive.clip_loss, mesh, contrastive.clip_init(rng_for(name)),
+                            ["img", "txt", "wi", "wt", "logit_scale"], in_specs, out_spec)
+
+
+@fixture("mut_clip_diagonal_mask_inverted", "clip_contrastive_loss_shardy after.hlo with the select of the diagonal "
+         "lookup's operands swapped: each device zeroes the diagonal entries it holds and keeps the others")
+def _mut_clip_mask(name: str) -> Built:
+    text = build("clip_contrastive_loss_shardy").after_text
+    sel, idx, line = sole_instruction(text, "select", r"= f32\[32,1\]\{1,0\} select\(%\S+, %\S+, %gather",
+                                      "the select zeroing the diagonal lookup")
+    m = re.search(r"select\((%\S+), (%\S+), (%\S+)\)", line)
+    assert m is not None
+    new = replace_line(text, idx, line.replace(m.group(0), f"select({m.group(1)}, {m.group(3)}, {m.group(2)})"))
+    return mutated(name, "clip_contrastive_loss_shardy", new, sel, f"{sel} keeps the rows outside the device's "
+                   "columns")
 
 
 @fixture("gqa_kv_projection_split_shardy", "grouped-query attention with the k/v projections split over tp = 4 like "
