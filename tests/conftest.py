@@ -121,6 +121,15 @@ def fixtures() -> list[Fixture]:
 # Fixtures whose proof takes about ten seconds (the counterexample of a bug inside nested fori loops is
 # found by interpreting thousands of iterations): every test reading their proof runs in `make test-slow`.
 SLOW_PROOFS = frozenset({"nested_fori_shard_map_inner_constant"})
+# Fixtures whose numeric run (the interpreter against XLA's stored outputs) takes seconds for the same reason.
+SLOW_RUNS = frozenset({"nested_fori_shard_map", "nested_fori_shard_map_inner_constant"})
+
+
+def slow_if(name: str, slow: Set[str]) -> list[object]:
+    """The marks of a test parameter named `name`: `slow` (run by `make test-slow`) when it is in `slow`."""
+    import pytest
+
+    return [pytest.mark.slow] if name in slow else []
 
 
 def fixture_params(fxs: list[Fixture], slow: Set[str] = frozenset()) -> list[object]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import Fixture, fixtures
+from conftest import SLOW_RUNS, Fixture, fixtures, slow_if
 
 from scalify_hlo import parsers
 from scalify_hlo.numeric import machine as numeric
@@ -19,7 +19,7 @@ def _inputs(fx: Fixture) -> tuple[list[np.ndarray], np.lib.npyio.NpzFile]:
     return [data[f"in_{i}"] for i in range(n)], data
 
 
-@pytest.mark.parametrize("fx", FIXTURES, ids=[f.name for f in FIXTURES])
+@pytest.mark.parametrize("fx", [pytest.param(f, id=f.name, marks=slow_if(f.name, SLOW_RUNS)) for f in FIXTURES])
 def test_oracle_agrees_exactly_when_correct(fx: Fixture) -> None:
     inputs, data = _inputs(fx)
     before, after = parsers.load(fx.before), parsers.load(fx.after)

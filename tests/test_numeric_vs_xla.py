@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 
-from conftest import numeric_xla_flags
+from conftest import SLOW_RUNS, numeric_xla_flags, slow_if
 
 numeric_xla_flags()  # before jax is imported
 
@@ -248,7 +248,7 @@ def _stored(z: Any, prefix: str) -> list[np.ndarray]:
 
 
 @pytest.mark.skipif(not FIXTURE_DIRS, reason="no fixtures under tests/fixtures (tools/gen_fixtures.py)")
-@pytest.mark.parametrize("d", FIXTURE_DIRS, ids=lambda d: d.name)
+@pytest.mark.parametrize("d", [pytest.param(d, id=d.name, marks=slow_if(d.name, SLOW_RUNS)) for d in FIXTURE_DIRS])
 def test_fixture_against_stored_xla_outputs(d: Path) -> None:
     expected = json.loads((d / "expected.json").read_text())
     with np.load(d / "oracle.npz") as z:

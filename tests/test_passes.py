@@ -58,6 +58,7 @@ def test_pass_pairs_are_labelled_by_what_ran_between_them() -> None:
     assert label(stage(39, "inner", "pipeline-start", "pipeline-end"), nested_end) == "after_layout/fusion"
 
 
+@pytest.mark.slow  # (about ten seconds: two worker processes each import the prover)
 def test_broken_pass_is_named_with_its_op(tmp_path: Path) -> None:
     expected = json.loads((DUMPS / "llama_block_broken.json").read_text())
     # in 2 worker processes: the first breaking pass in pipeline order, as a serial run finds it
