@@ -145,6 +145,8 @@ def _window_of_blocks(ctx: Ctx, x: Holds, d: int, offsets: np.ndarray, size: int
     if x.layout.dims[d]:
         return None
     start = int(offsets.min())
+    if start < 0:
+        return None  # (clamped to 0 by the op)
     found = _block_table(ctx, offsets - start, size)
     if found is None or found[1] is not None:
         return None

@@ -544,6 +544,12 @@ def _shifted_constant(ctx: Ctx, table: Holds, g: GatherDims, idx: Varying) -> Sh
     if np.any(inside & (back != base)):
         return None
     base = np.where(inside.any(axis=0), base, -1)
+    # What the fact says, checked on every device: where the base lies in the device's rows, the device's index
+    # is the base shifted (devices along other axes may hold other indices there: then it is not this fact).
+    ends = (starts + rows).reshape(back.shape[:1] + (1,) * (values.ndim - 1))
+    claimed = (base >= starts.reshape(ends.shape)) & (base < ends)
+    if np.any(claimed & (back != base)):
+        return None
     term = constant_term(base.astype(np.asarray(idx.values).dtype), idx.type, ctx.terms)
     # Exact only where the base lies in the device's rows; elsewhere the device's index is any value.
     return Shifted(Holds(term, Layout.replicated(idx.type.rank)), -starts, Window(starts, starts + rows), None, None)

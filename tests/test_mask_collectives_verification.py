@@ -11,9 +11,9 @@ from conftest import FIXTURES
 from scalify_hlo.parsers.hlo import parse_hlo
 from scalify_hlo.parsers.stablehlo import parse_mlir
 from scalify_hlo.rules import masking
-from scalify_hlo.rules.facts import Ctx, Holds, InWindow, Window
+from scalify_hlo.rules.facts import Ctx, Holds, InWindow, Shifted, Varying, Window
 
-from scalify_hlo.ir.nodes import Attrs, ChannelHandle, Literal, Op, TensorType, Value
+from scalify_hlo.ir.nodes import Attrs, ChannelHandle, GatherDims, Literal, Op, TensorType, Value
 from scalify_hlo.layout.mesh import Layout, Mesh
 from scalify_hlo.numeric.oracle import numeric_check
 from scalify_hlo.prove.engine import prove
@@ -71,3 +71,25 @@ def test_scatter_into_split_rows_edits(table: str) -> None:
     truth = numeric_check(before, after, seed=0)
     assert truth["ran"] and truth["ok"] == (table == TABLE), truth["summary"]
     assert verdict == ("equivalent" if table == TABLE else "discrepancy")
+
+
+def _shifted_constant(values: np.ndarray) -> object:
+    """`masking._shifted_constant` of per-device indices into a table [32, 4] split over tp (8 rows each)."""
+    terms = Terms()
+    table = Holds(terms.param(0, TensorType((32, 4), "f32"), "table"), Layout((("tp",), ())))
+    dims = GatherDims((1,), (0,), (), (), (0,), 1)
+    return masking._shifted_constant(_ctx(terms), table, dims, Varying(values, TensorType((3, 1), "i32")))
+
+
+def test_constant_indices_shifted_per_device_are_read_only_where_every_device_agrees() -> None:
+    # device (dp, tp) reads rows `labels - 8 * tp`: the labels of both dp rows are the same constant
+    labels = np.array([[3], [17], [30]])
+    tp = np.array([0, 1, 2, 3, 0, 1, 2, 3])
+    same = (labels[None] - 8 * tp[:, None, None]).astype(np.int32)
+    fact = _shifted_constant(same)
+    assert isinstance(fact, Shifted) and np.array_equal(fact.shift, -8 * tp)
+    # the dp = 1 devices hold other indices (padding, -1) at the rows the dp = 0 devices look up: the base of
+    # dp = 0 would be claimed on them too, so no fact
+    other = same.copy()
+    other[4:] = -1
+    assert _shifted_constant(other) is None
