@@ -195,7 +195,7 @@ def offset(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Blocks | None:
     line = (np.arange(n_all) % n).reshape([-1 if i == b.reduced else 1 for i in range(rank)])
     if not np.array_equal(local, np.broadcast_to(line, local.shape)):
         return None
-    starts = ctx.mesh.linear_index(np.arange(ctx.mesh.size), b.axes, devices=True) * n
+    starts = ctx.mesh.block_indices(b.axes) * n
     values = np.asarray(v.values)
     if values.shape[0] != len(starts) or not all(np.all(values[c] == s) for c, s in enumerate(starts)):
         return None
@@ -251,7 +251,7 @@ def pick(ctx: Ctx, op: Op, facts: tuple[Fact, ...]) -> Best | None:
     values = ctx.fold(fill.term) if not fill.layout.partial else None
     if values is None or values.size == 0 or not np.all(values == values.flat[0]) or values.flat[0] < n_all - 1:
         return None
-    return dataclasses.replace(m, pick=b.whole[1], fill=int(values.flat[0]))
+    return dataclasses.replace(m, pick=b.whole[1])
 
 
 def least(ctx: Ctx, op: Op, m: Best, axes: tuple[str, ...], reducer: Reducer) -> Fact:

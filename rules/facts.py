@@ -161,7 +161,7 @@ class Best:
     device `c`, element `i` is whether `c`'s block reduction equals `value[i]`, the global one (`value` is
     the reduction of `operand` over dim `reduced`; `layout` lays it out). With `pick` (the global
     argmax/argmin's index term) it is the device's candidate instead: the global index of the first best
-    element of its block where the block attains the best, `fill` elsewhere."""
+    element of its block where the block attains the best, elsewhere a fill no index exceeds."""
 
     value: Term
     operand: Term
@@ -171,7 +171,6 @@ class Best:
     kind: str  # "argmax" | "argmin"
     origin: Op
     pick: Term | None = None
-    fill: int | None = None
 
 
 # What a halo holds outside the tensor: a value, the rows at the other end ("wrap"), or unknown (None).

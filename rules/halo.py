@@ -96,7 +96,7 @@ def rows(h: Halo, dim: int, mesh: Mesh) -> npt.NDArray[np.int64]:
     """`[devices, local rows]`: the global row each device holds at each local position along `dim`."""
     block = block_of(h, dim, mesh)
     lo, hi = extent(h, dim)
-    index = mesh.linear_index(np.arange(mesh.size), h.base.layout.dims[dim], devices=True)
+    index = mesh.block_indices(h.base.layout.dims[dim])
     return index[:, None] * block - lo + np.arange(block + lo + hi)[None, :]
 
 
@@ -357,7 +357,7 @@ def _one_device(ctx: Ctx, h: Halo, mask: npt.NDArray[np.bool_]) -> Holds | None:
     flat = mask.reshape(ctx.mesh.size, -1)
     if not flat.size or not np.all(flat == flat[:, :1]):
         return None
-    index = ctx.mesh.linear_index(np.arange(ctx.mesh.size), axes, devices=True)
+    index = ctx.mesh.block_indices(axes)
     kept = np.unique(index[flat[:, 0]])
     if kept.size != 1 or not np.array_equal(flat[:, 0], index == kept[0]):
         return None

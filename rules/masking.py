@@ -536,7 +536,7 @@ def _shifted_constant(ctx: Ctx, table: Holds, g: GatherDims, idx: Varying) -> Sh
     if not axes:
         return None
     rows = table.layout.local_shape(table.term.type.shape, ctx.mesh)[d]
-    starts = ctx.mesh.linear_index(np.arange(ctx.mesh.size), axes, devices=True) * rows
+    starts = ctx.mesh.block_indices(axes) * rows
     values = np.asarray(idx.values).astype(np.int64)
     inside = (values >= 0) & (values < rows)
     back = values + starts.reshape((-1,) + (1,) * (values.ndim - 1))

@@ -165,6 +165,10 @@ class Mesh:
             out = out * self.axis_size(a) + c[..., self.axis_index(a)]
         return out
 
+    def block_indices(self, axes: Sequence[str]) -> IntArray:
+        """For each device id, which block it holds of a dim split over `axes` (its index along them)."""
+        return self.linear_index(np.arange(self.size), axes, devices=True)
+
     def describe(self) -> str:
         text = "[" + ", ".join(f'"{n}"={s}' for n, s in self.axes) + "]"
         if self.device_ids is not None:
