@@ -3,7 +3,7 @@ expression computes, on random shapes, cuts and orders (hypothesis).
 
 - a reshape of a slice or join along one dim moves outside it where the rows stay whole
   (`movement.reshape_outward`: `jnp.roll(x.reshape(n, -1), k, 0).reshape(-1)` meets the rows of x rolled);
-- a slice of a pad is a pad of a slice (`slicing.slice_of_pad`), a pad of nothing is its operand;
+- a slice of a pad is a pad of a slice (`padding.slice_of_pad`), a pad of nothing is its operand;
 - a splat converted to a dtype that holds it exactly is that splat;
 - a dynamic-slice whose offsets name another device's block (`(i + k) mod n`) is the value with its blocks
   in that order (`rules/indexing.dynamic_slice`, `layout.groups.match_axis_permutation`).

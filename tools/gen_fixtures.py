@@ -93,6 +93,7 @@ from programs import (  # noqa: E402
     token_shift,
     train,
     ulysses,
+    uneven,
     vocab_parallel,
     vocab_softmax,
 )
@@ -1341,6 +1342,31 @@ def _mut_gqa_kv_gather(name: str) -> Built:
     assert "{'axis_3'}, dimensions={3}" in line
     new = replace_line(text, idx, line.replace("{'axis_3'}, dimensions={3}", "{'axis_2'}, dimensions={3}"))
     return mutated(name, "gqa_kv_projection_split_shardy", new, gather, f"{gather} gathers over the major half of tp")
+
+
+@fixture("uneven_vocab_and_hidden_train_step_shardy", "gradients of a small language model whose vocabulary (50) "
+         "and MLP width (30) tp = 4 does not divide: XLA pads them to blocks of 13 and 8, masks the padding in the "
+         "softmax and before the second matmul, gathers embeddings from a padded block of the table and scatters "
+         "the label gradient into a padded block")
+def _uneven_lm(name: str) -> Built:
+    mesh = make_mesh((2, 4), ("dp", "tp"))
+    in_specs, out_specs = uneven.specs()
+    return partitioned_pair(name, functools.partial(uneven.grads, mesh=mesh), mesh, uneven.init(rng_for(name)),
+                            ["ids", "labels", "emb", "w1", "w2", "out"], in_specs, out_specs)
+
+
+@fixture("mut_uneven_vocab_mask_inverted", "uneven_vocab_and_hidden_train_step_shardy after.hlo with the mask of "
+         "the logits' padded block compared GE instead of LT: the softmax's max and sum read the padding, not the "
+         "vocabulary")
+def _mut_uneven_mask(name: str) -> Built:
+    text = build("uneven_vocab_and_hidden_train_step_shardy").after_text
+    masks = [n for n in hlo_instructions(text, "compare")
+             if re.search(r"= pred\[2,6,13\]\{2,1,0\} compare\(.*direction=LT", hlo_instruction_line(text, n)[1])]
+    cmp = masks[0]  # the forward softmax's (the backward's comes after it)
+    idx, line = hlo_instruction_line(text, cmp)
+    return mutated(name, "uneven_vocab_and_hidden_train_step_shardy",
+                   replace_line(text, idx, line.replace("direction=LT", "direction=GE")), cmp,
+                   f"{cmp} keeps the padded columns of the logits and drops the vocabulary's")
 
 
 @fixture("mut_gqa_kv_head_offsets_swapped", "gqa_kv_heads_sub_axis_shardy after.hlo with the table of KV-head "

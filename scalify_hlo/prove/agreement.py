@@ -235,10 +235,17 @@ class Agreement:
         sums: dict[tuple[str, ...], np.ndarray | None] = {}
         for r, vs in candidates:
             for shape in _with_unit_dims(local, r.ndim):
-                if any(g % n for g, n in zip(r.shape, shape, strict=True)):
-                    continue
+                # A dim the blocks do not divide is padded at its end (XLA pads a dim a mesh axis does not
+                # divide): only the reference's own entries are compared.
+                parts = tuple(-(-g // n) for g, n in zip(r.shape, shape, strict=True))
+                padding = [(0, p * n - g) for g, n, p in zip(r.shape, shape, parts, strict=True)]
+                valid = None
+                if any(hi for _, hi in padding):
+                    if any(g < n and hi for g, n, (_, hi) in zip(r.shape, shape, padding, strict=True)):
+                        continue  # (a block larger than the value: not a padded split)
+                    valid = np.pad(np.ones(r.shape, dtype=bool), padding)
+                    r = np.pad(r, padding)
                 corner = r[tuple(slice(0, n) for n in shape)]
-                parts = tuple(g // n for g, n in zip(r.shape, shape, strict=True))
                 for dims, free in self._layouts_of(parts):
                     for partial in _subsets(free if a.dtype.kind != "b" else ()):  # (a bool is no sum)
                         if partial not in sums:
@@ -247,10 +254,15 @@ class Agreement:
                         if summed is None:
                             continue
                         held = summed.reshape((devices, *shape))
-                        if first == 0 and not self._close(held[0], corner):
+                        if first == 0 and valid is None and not self._close(held[0], corner):
                             continue
                         want = numeric.shard(r, Layout(dims, ()), self.mesh)
-                        if self._close(held[rows], want[rows]):
+                        if valid is None:
+                            if self._close(held[rows], want[rows]):
+                                return vs
+                            continue
+                        keep = numeric.shard(valid, Layout(dims, ()), self.mesh)[rows]
+                        if self._close(held[rows][keep], want[rows][keep]):
                             return vs
         return None
 

@@ -147,8 +147,14 @@ def _use_site(p: Program, op: Op, toward: Callable[[Op], bool] = lambda _: True)
 def _foreign_frontier(t: Term, sync: Sync) -> list[Term]:
     """The foreign subterms of `t` whose arguments are all reference terms (where the values part ways)."""
     out = []
-    for node in t.walk():
-        if not sync.synced(node) and all(sync.synced(a) for a in node.args):
+    padded: set[int] = set()
+    for node in t.walk():  # (operands first)
+        if sync.synced(node):
+            continue
+        if node.op == "pad" and all(sync.synced(a) or a.id in padded for a in node.args):
+            # a reference value padded to blocks a mesh axis divides: the same values, not a parting
+            padded.add(node.id)
+        elif all(sync.synced(a) or a.id in padded for a in node.args):
             out.append(node)
     return out
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from scalify_hlo.ir.nodes import DotDims, TensorType
 from scalify_hlo.terms import precision, slicing
 from scalify_hlo.terms.movement import reshape_groups, without_new_dims
-from scalify_hlo.terms.term import Term
+from scalify_hlo.terms.term import Term, scalar_value
 
 if TYPE_CHECKING:
     from scalify_hlo.terms.table import Terms
@@ -31,7 +31,57 @@ def dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorTyp
 def dot_general(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     return (precision.unwidened(terms, "dot_general", args, tuple(a.items()), type)
             or _fold_operand_transposes(terms, args, a, type) or _broadcasts_out_of_dot(terms, args, a, type)
-            or _reshapes_out_of_dot(terms, args, a, type) or slicing.pull_dot(terms, args, a, type))
+            or _reshapes_out_of_dot(terms, args, a, type) or slicing.pull_dot(terms, args, a, type)
+            or _zero_pads_out_of_dot(terms, args, a, type))
+
+
+def _zero_pads_out_of_dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType
+                          ) -> Term | None:
+    """dot(x, pad(y, 0)): XLA pads a dim a mesh axis does not divide (30 as 4 blocks of 8) and multiplies
+    the padded blocks. Padding along a free dim adds result entries that are sums of products with zero,
+    so the dot of `y` is padded instead; padding along a contracted dim adds products with zero to every
+    sum, so the other operand is cut to the rows `y` pairs with. Exact over the reals (finite values)."""
+    dims = a.get("dot_dimension_numbers")
+    if not isinstance(dims, DotDims):
+        return None
+    for side in (0, 1):
+        p = args[side]
+        if p.op != "pad" or scalar_value(p.args[1]) != 0 or p.type.dtype != type.dtype:
+            continue
+        low, high = p.attr("edge_padding_low"), p.attr("edge_padding_high")
+        if any(p.attr("interior_padding")) or any(v < 0 for v in (*low, *high)):
+            continue
+        batch, contract = (dims.lhs_batch, dims.lhs_contract) if side == 0 else (dims.rhs_batch, dims.rhs_contract)
+        padded = [d for d in range(p.type.rank) if low[d] or high[d]]
+        if any(d in batch for d in padded):
+            continue
+        y = p.args[0]
+        other = args[1 - side]
+        ocontract = dims.rhs_contract if side == 0 else dims.lhs_contract
+        lo, hi = [0] * other.type.rank, list(other.type.shape)
+        for d in padded:
+            if d in contract:
+                k = ocontract[contract.index(d)]
+                lo[k], hi[k] = low[d], low[d] + y.type.shape[d]
+        cut = slicing.slice_of(terms, other, tuple(lo), tuple(hi))
+        operands = (y, cut) if side == 0 else (cut, y)
+        # result dims: batch, lhs free, rhs free
+        lfree = [i for i in range(args[0].type.rank) if i not in (*dims.lhs_batch, *dims.lhs_contract)]
+        rfree = [i for i in range(args[1].type.rank) if i not in (*dims.rhs_batch, *dims.rhs_contract)]
+        free, offset = (lfree, len(dims.lhs_batch)) if side == 0 else (rfree, len(dims.lhs_batch) + len(lfree))
+        out_low, out_high = [0] * type.rank, [0] * type.rank
+        for d in padded:
+            if d not in contract:
+                j = offset + free.index(d)
+                out_low[j], out_high[j] = low[d], high[d]
+        shape = tuple(n - lo_ - hi_ for n, lo_, hi_ in zip(type.shape, out_low, out_high, strict=True))
+        inner = terms.apply("dot_general", operands, tuple(a.items()), TensorType(shape, type.dtype))
+        if not any((*out_low, *out_high)):
+            return inner
+        return terms.apply("pad", (inner, p.args[1]), (("edge_padding_high", tuple(out_high)),
+                                                         ("edge_padding_low", tuple(out_low)),
+                                                         ("interior_padding", (0,) * type.rank)), type)
+    return None
 
 
 def _broadcasts_out_of_dot(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType

@@ -204,6 +204,28 @@ def strip_index_clamp(terms: Terms, t: Term, hi: int) -> Term | None:
     return None
 
 
+def gather_past_pad(terms: Terms, args: tuple[Term, ...], a: Mapping[str, Any], type: TensorType) -> Term | None:
+    """gather(pad(y), idx) where the padding lies past the end of indexed dims only, and every start index
+    provably stays where the slice lies within `y`: gather(y, idx). XLA pads a table a mesh axis does not
+    divide (50 rows as 4 blocks of 13) and gathers from the padded block with the index clamped to the
+    real rows. Exact (no start index is clamped in either gather, and the slices read only `y`)."""
+    operand, idx = args
+    g, sizes = a.get("dimension_numbers"), a.get("slice_sizes")
+    if operand.op != "pad" or not isinstance(g, GatherDims) or sizes is None:
+        return None
+    y = operand.args[0]
+    low, high = operand.attr("edge_padding_low"), operand.attr("edge_padding_high")
+    if any(low) or any(operand.attr("interior_padding")) or any(h < 0 for h in high):
+        return None
+    padded = [d for d, h in enumerate(high) if h]
+    if not padded or any(d not in g.start_index_map for d in padded):
+        return None
+    iv = interval(terms, idx)
+    if iv is None or iv[0] < 0 or any(iv[1] > y.type.shape[d] - sizes[d] for d in padded):
+        return None
+    return terms.apply("gather", (y, idx), tuple(a.items()), type)
+
+
 def fold_gather_clamp(terms: Terms, args: tuple[Term, ...], a: Mapping[str, Any], type: TensorType) -> Term | None:
     operand, idx = args
     g, sizes = a.get("dimension_numbers"), a.get("slice_sizes")

@@ -5,6 +5,7 @@ reductions over blocks.) Exact.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from scalify_hlo.ir.nodes import TensorType
@@ -56,6 +57,31 @@ def over_broadcast(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type
     if not rest:
         return narrow
     return terms.apply("reduce", (narrow, init), (("dimensions", rest), ("reducer", reducer.value)), type)
+
+
+def over_identity_pad(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType
+                      ) -> Term | None:
+    """A reduce of a pad whose padding lies only along reduced dims and whose fill is the reduce's own
+    initial value, its reducer's identity: the reduce of the pad's operand. XLA pads a dim a mesh axis does
+    not divide (30 over 4 devices as 4 blocks of 8) and reduces the padded blocks. Exact: the fill is folded
+    in once already, and folding in the identity again changes nothing (not even the sign of a zero, as the
+    fill and the initial value must have the same one)."""
+    if len(args) != 2 or args[0].op != "pad":
+        return None
+    (x, fill), init = args[0].args, args[1]
+    if _from_identity(a, init, type.dtype) is None:
+        return None
+    v, w = scalar_value(fill), scalar_value(init)
+    if v is None or w is None or v != w or math.copysign(1, v) != math.copysign(1, w):
+        return None
+    pad = args[0]
+    pads = list(zip(pad.attr("edge_padding_low"), pad.attr("edge_padding_high"), pad.attr("interior_padding"),
+                    strict=True))
+    if any(p < 0 for ps in pads for p in ps):
+        return None
+    if not {d for d, ps in enumerate(pads) if any(ps)} <= set(a.get("dimensions") or ()):
+        return None
+    return terms.apply("reduce", (x, init), tuple(sorted(a.items())), type)
 
 
 def _from_identity(a: dict[str, Any], init: Term, dtype: str) -> Reducer | None:

@@ -294,49 +294,6 @@ def ring_gaps(t: Term) -> tuple[int, int, int, list[int]] | None:
     return (d, block, n, missing) if missing or any(c > 1 for c in present) else None
 
 
-def slice_of_pad(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...]) -> Term | None:
-    """`pad(y)[lo:hi]` as `pad(y[lo':hi'])` with only the padding the window keeps (edge padding only, none
-    negative): a shift with a fill written as a padded slice or as a sliced pad is one term
-    (`jnp.pad(x, 1)[:-2]` and a stencil's rows from the neighbours). None when `x` is not such a pad."""
-    if x.op != "pad":
-        return None
-    low, high, inner = (tuple(x.attr(k)) for k in ("edge_padding_low", "edge_padding_high", "interior_padding"))
-    if any(inner) or any(v < 0 for v in (*low, *high)):
-        return None
-    y, value = x.args
-    n = y.type.shape
-    ylo = tuple(min(max(a - p, 0), m) for a, p, m in zip(lo, low, n, strict=True))
-    yhi = tuple(max(min(b - p, m), c) for b, p, m, c in zip(hi, low, n, ylo, strict=True))
-    new_low = tuple(max(p - a, 0) for a, p in zip(lo, low, strict=True))
-    kept = tuple(c - a for a, c in zip(ylo, yhi, strict=True))
-    new_high = tuple(b - a - k - nl for a, b, k, nl in zip(lo, hi, kept, new_low, strict=True))
-    if any(v < 0 for v in new_high):
-        return None
-    inner_y = slice_of(terms, y, ylo, yhi)
-    shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
-    attrs = (("edge_padding_high", new_high), ("edge_padding_low", new_low), ("interior_padding", inner))
-    return terms.apply("pad", (inner_y, value), attrs, TensorType(shape, x.type.dtype))
-
-
-def masked_pad(on_true: Term, on_false: Term, pred: Term) -> Term | None:
-    """`select(pred, pad(y, v), v)` where `pred` is false only at padded positions (a mask along one dim,
-    `iota >= k`): the pad itself. XLA's partitioner masks the rows a shift brought in from outside the tensor
-    with such a select (`jnp.pad(x, ((1, 0), ...))[:-1]` over a split dim) although the pad already holds
-    the fill there. None otherwise."""
-    if on_true.op != "pad" or any(on_true.attr("interior_padding")):
-        return None
-    fill, other = scalar_value(on_true.args[1]), scalar_value(on_false)
-    if fill is None or other is None or other != fill or math.copysign(1, other) != math.copysign(1, fill):
-        return None  # (the same value, -0.0 and 0.0 told apart)
-    window = iota_window(pred)
-    if window is None:
-        return None
-    d, a, b = window
-    low, high = on_true.attr("edge_padding_low")[d], on_true.attr("edge_padding_high")[d]
-    n = on_true.type.shape[d]
-    return on_true if low >= 0 and high >= 0 and a <= low and b >= n - high else None
-
-
 def iota_window(pred: Term) -> tuple[int, int, int] | None:
     """(dim, a, b) when the boolean `pred` is true exactly at the positions whose index along `dim` lies in
     [a, b): a comparison of an iota with a constant, broadcast along the other dims, or a conjunction."""
@@ -349,15 +306,16 @@ def iota_window(pred: Term) -> tuple[int, int, int] | None:
             return None
         d0 = parts[0][0]  # type: ignore[index]
         inner = (d0, max(p[1] for p in parts if p), min(p[2] for p in parts if p))
-    elif pred.op == "compare" and pred.args[0].op == "iota" and pred.type.rank == 1:
+    elif pred.op == "compare" and pred.args[0].op == "iota":
         k = scalar_value(pred.args[1])
         if k is None or k != int(k):
             return None
-        n, k = pred.type.shape[0], int(k)
+        d = pred.args[0].attr("iota_dimension")
+        n, k = pred.type.shape[d], int(k)
         bounds = {"GE": (k, n), "GT": (k + 1, n), "LT": (0, k), "LE": (0, k + 1)}.get(pred.attr("comparison_direction"))
         if bounds is None:
             return None
-        inner = (0, *bounds)
+        inner = (d, *bounds)
     elif pred.op == "constant" and pred.type.rank:
         inner_or_none = _constant_window(np.asarray(pred.attr("value").array, dtype=bool))
         if inner_or_none is None:

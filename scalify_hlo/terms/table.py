@@ -19,7 +19,7 @@ import numpy as np
 from scalify_hlo.ir.dtypes import LOW_FLOATS, numpy_dtype
 from scalify_hlo.ir.nodes import ConvDims, DotDims, Literal, TensorType
 from scalify_hlo.ops.elementwise import COMMUTATIVE, SHAPE_PRESERVING
-from scalify_hlo.terms import arith, dots, precision, ranges, reductions, slicing, topk
+from scalify_hlo.terms import arith, dots, padding, precision, ranges, reductions, slicing, topk
 from scalify_hlo.terms.movement import normalize, reshape_groups, reshape_outward, without_new_dims
 from scalify_hlo.terms.ranges import Interval
 from scalify_hlo.terms.term import AttrKey, Term, peel, resplat, scalar_value
@@ -283,7 +283,7 @@ def _select(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tenso
         return pred  # select(p, true, false) is p
     if on_true is on_false:
         return on_true
-    return slicing.masked_pad(on_true, on_false, pred)
+    return padding.masked_pad(on_true, on_false, pred) or padding.masked_window(terms, pred, on_true, on_false)
 
 
 def _negate(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
@@ -382,7 +382,9 @@ def _slice(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: Tensor
         lo, hi = tuple(a["start_indices"]), tuple(a["limit_indices"])
         if x.op == "concatenate":
             return slicing.slice_of_concatenate(terms, x, lo, hi)
-        return slicing.slice_of_pad(terms, x, lo, hi) or slicing.slice_of_tile(terms, x, lo, hi)
+        return (padding.slice_of_pad(terms, x, lo, hi) or slicing.slice_of_tile(terms, x, lo, hi)
+                or padding.slice_of_broadcast(terms, x, lo, hi) or padding.slice_of_scatter(terms, x, lo, hi)
+                or padding.through_pad(terms, x, lo, hi))
     return None
 
 
@@ -520,7 +522,7 @@ def _concatenate(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: 
 
 def _gather(terms: Terms, args: tuple[Term, ...], a: dict[str, Any], type: TensorType) -> Term | None:
     return (topk.merge_indices(terms, args, a, type) or ranges.fold_gather_clamp(terms, args, a, type)
-            or slicing.take_as_concatenate(terms, args, a, type))
+            or ranges.gather_past_pad(terms, args, a, type) or slicing.take_as_concatenate(terms, args, a, type))
 
 
 _CANON = {
@@ -548,7 +550,8 @@ _CANON = {
     "reduce": lambda terms, args, a, type: (ranges.fold_reduce_logic(terms, args, a, type)
                                             or topk.merge_argmax(terms, args, a, type)
                                             or reductions.added_units(terms, args, a, type)
-                                            or reductions.over_broadcast(terms, args, a, type)),
+                                            or reductions.over_broadcast(terms, args, a, type)
+                                            or reductions.over_identity_pad(terms, args, a, type)),
     "reshape": _reshape,
     "reverse": _reverse,
     "scatter": slicing.scatter_window,

@@ -429,3 +429,70 @@ def dropout_mask_drawn_per_shard(m: Any, m8: Any, m3: Any) -> Report:
         return jnp.where(jax.random.bernoulli(k, 0.9, x.shape), x / 0.9, 0.0)  # not the reference's mask
     return check_shard_map(_dropout_ref, impl, S(4, 16, 8, f32), jax.ShapeDtypeStruct((), jax.random.key(0).dtype),
                            mesh=m, in_specs=(P("dp", "tp"), P()), out_specs=P("dp", "tp"), time_limit=60)
+
+
+def _with_gspmd(run: Callable[[], Report]) -> Report:
+    previous = jax.config.jax_use_shardy_partitioner  # type: ignore[attr-defined]
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        return run()
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", previous)
+
+
+def _gelu_mlp_hidden30(m: Any) -> Callable[..., Any]:
+    def f(x: Any, w1: Any, w2: Any) -> Any:
+        h = jax.nn.gelu(jax.lax.with_sharding_constraint(x @ w1, _n(m, "dp", "tp")))  # 30 over tp = 4
+        return h @ w2
+    return f
+
+
+@program()
+def mlp_hidden_30_over_tp_4_gspmd(m: Any, m8: Any, m3: Any) -> Report:
+    return _with_gspmd(lambda: check(_gelu_mlp_hidden30(m), S(8, 16, f32), S(16, 30, f32), S(30, 16, f32),
+                                     in_shardings=(_n(m, "dp"), _n(m), _n(m)), out_shardings=_n(m, "dp")))
+
+
+@program()
+def mlp_hidden_30_grads(m: Any, m8: Any, m3: Any) -> Report:
+    def f(x: Any, w1: Any, w2: Any) -> Any:
+        return jax.grad(lambda w1, w2: (_gelu_mlp_hidden30(m)(x, w1, w2) ** 2).mean(), argnums=(0, 1))(w1, w2)
+    return check(f, S(8, 16, f32), S(16, 30, f32), S(30, 16, f32), in_shardings=(_n(m, "dp"), _n(m), _n(m)),
+                 out_shardings=(_n(m), _n(m)))
+
+
+@program()
+def layernorm_of_30_features_over_tp_4(m: Any, m8: Any, m3: Any) -> Report:
+    def f(x: Any) -> Any:
+        x = jax.lax.with_sharding_constraint(x, _n(m, "dp", None, "tp"))
+        mu = x.mean(-1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    return check(f, S(4, 6, 30, f32), in_shardings=(_n(m, "dp"),), out_shardings=_n(m, "dp"))
+
+
+@program()
+def rmsnorm_of_a_sequence_of_10_over_tp_4(m: Any, m8: Any, m3: Any) -> Report:
+    def f(x: Any, g: Any) -> Any:
+        x = jax.lax.with_sharding_constraint(x, _n(m, "dp", "tp"))
+        return x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + 1e-6) * g
+    return check(f, S(4, 10, 16, f32), S(16, f32), in_shardings=(_n(m, "dp"), _n(m)), out_shardings=_n(m, "dp"))
+
+
+@program()
+def embedding_table_of_50_rows_over_tp_4_gspmd(m: Any, m8: Any, m3: Any) -> Report:
+    def f(ids: Any, table: Any) -> Any:
+        return jnp.take(jax.lax.with_sharding_constraint(table, _n(m, "tp")), ids, axis=0)
+    return _with_gspmd(lambda: check(f, S(4, 6, i32), S(50, 16, f32), in_shardings=(_n(m, "dp"), _n(m)),
+                                     out_shardings=_n(m, "dp")))
+
+
+@program()
+def cross_entropy_grad_over_a_vocab_of_50(m: Any, m8: Any, m3: Any) -> Report:
+    def f(h: Any, w: Any, labels: Any) -> Any:
+        def loss(w: Any) -> Any:
+            logits = jax.lax.with_sharding_constraint(h @ w, _n(m, "dp", "tp"))
+            target = jnp.take_along_axis(logits, labels[:, None], -1)[:, 0]
+            return jnp.mean(jax.nn.logsumexp(logits, -1) - target)
+        return jax.grad(loss)(w)
+    return check(f, S(8, 16, f32), S(16, 50, f32), S(8, i32), in_shardings=(_n(m, "dp"), _n(m), _n(m, "dp")),
+                 out_shardings=_n(m))
