@@ -56,9 +56,34 @@ def through_pad(terms: Terms, x: Term, lo: tuple[int, ...], hi: tuple[int, ...])
     windows = _operand_windows(x, lo, hi)
     if windows is None or not _reaches_cut_pad(x, lo, hi):
         return None
-    args = tuple(a if w is None else slice_of(terms, a, *w) for a, w in zip(x.args, windows, strict=True))
+    args = tuple(a if w is None else _absorbed(terms, a, *w, 8) or slice_of(terms, a, *w)
+                 for a, w in zip(x.args, windows, strict=True))
     shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
     return terms.apply(x.op, args, x.attrs, TensorType(shape, x.type.dtype))
+
+
+def _absorbed(terms: Terms, t: Term, lo: tuple[int, ...], hi: tuple[int, ...], depth: int) -> Term | None:
+    """`t[lo:hi]` with no slice left, where `t` is index arithmetic the cut goes all the way through: an
+    iota cut at its start, broadcasts and elementwise ops of such (a one-hot of labels over the padded
+    columns, cut to the real ones, is the one-hot over those). None otherwise."""
+    if lo == (0,) * len(lo) and hi == t.type.shape:
+        return t
+    shape = tuple(b - a for a, b in zip(lo, hi, strict=True))
+    if t.op == "iota":
+        return (terms.apply("iota", (), t.attrs, TensorType(shape, t.type.dtype))
+                if lo[t.attr("iota_dimension")] == 0 else None)
+    if depth == 0 or not (t.op == "broadcast_in_dim" or t.op in SHAPE_PRESERVING):
+        return None
+    windows = _operand_windows(t, lo, hi)
+    if windows is None:
+        return None
+    args = []
+    for a, w in zip(t.args, windows, strict=True):
+        cut = a if w is None else _absorbed(terms, a, *w, depth - 1)
+        if cut is None:
+            return None
+        args.append(cut)
+    return terms.apply(t.op, tuple(args), t.attrs, TensorType(shape, t.type.dtype))
 
 
 Window = tuple[tuple[int, ...], tuple[int, ...]]
