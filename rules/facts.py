@@ -369,7 +369,10 @@ def realigned(hs: Sequence[Holds], mesh: Mesh, terms: Terms) -> tuple[tuple[Term
     used = {a for h in hs for a in h.layout.split_axes()}
     like = next((h for h in hs if h.layout.split_axes() == used), None)
     if like is None:
-        return None
+        narrowed = [_constant_dims_whole(h, mesh, terms) for h in hs]
+        if narrowed == list(hs):
+            return None
+        return realigned(narrowed, mesh, terms)
     out: list[Term] = []
     for h in hs:
         t = h.term if h is like else as_layout(h, like.layout, like.term.type.shape, mesh, terms)
@@ -377,6 +380,25 @@ def realigned(hs: Sequence[Holds], mesh: Mesh, terms: Terms) -> tuple[tuple[Term
             return None
         out.append(t)
     return tuple(out), like.layout
+
+
+def _constant_dims_whole(h: Holds, mesh: Mesh, terms: Terms) -> Holds:
+    """`h` read as whole along the dims its broadcast creates: every block of a value constant along a dim is
+    the same, so a device holding one holds the broadcast to the block's size, whatever axes split the dim
+    (XLA lays out adafactor's row factor, broadcast along the columns, over axes other than the gradient's:
+    an elementwise op then re-reads it as split like its fellow operand). `h` itself where nothing changes."""
+    t = h.term
+    if t.op != "broadcast_in_dim" or h.layout.partial:
+        return h
+    kept = set(t.attr("broadcast_dimensions"))
+    created = [d for d in range(t.type.rank) if d not in kept and h.layout.dims[d]]
+    if not created:
+        return h
+    local = h.layout.local_shape(t.type.shape, mesh)
+    shape = tuple(local[d] if d in created else n for d, n in enumerate(t.type.shape))
+    dims = tuple(() if d in created else axes for d, axes in enumerate(h.layout.dims))
+    narrow = terms.apply("broadcast_in_dim", t.args, t.attrs, TensorType(shape, t.type.dtype))
+    return Holds(narrow, Layout(dims), h.origin)
 
 
 def lift_as(ctx: Ctx, f: Varying, layout: Layout) -> Holds | None:

@@ -496,3 +496,27 @@ def cross_entropy_grad_over_a_vocab_of_50(m: Any, m8: Any, m3: Any) -> Report:
         return jax.grad(loss)(w)
     return check(f, S(8, 16, f32), S(16, 50, f32), S(8, i32), in_shardings=(_n(m, "dp"), _n(m), _n(m, "dp")),
                  out_shardings=_n(m))
+
+
+@program()
+def adafactor_step_with_factored_moments_on_a_2x2x2_mesh(m: Any, m8: Any, m3: Any) -> Report:
+    # The row factor of w_in's second moment is replicated, the column factor split like b_in: XLA lays
+    # the row factor, broadcast along the columns, over other axes than the gradient it scales.
+    params = {"w_in": S(32, 64, f32), "b_in": S(64, f32), "w_out": S(64, 32, f32), "b_out": S(32, f32)}
+    shard = {"w_in": _n(m3, "fsdp", "tp"), "b_in": _n(m3, "tp"), "w_out": _n(m3, "tp", "fsdp"), "b_out": _n(m3)}
+    opt = optax.adafactor(1e-2, min_dim_size_to_factor=16)
+    state = jax.eval_shape(opt.init, params)
+    like = {p.shape: shard[k] for k, p in params.items()}  # a moment shaped like a parameter is laid out like it
+    state_shard = jax.tree.map(lambda a: like.get(a.shape, _n(m3)), state)
+
+    def loss(p: Any, x: Any, y: Any) -> Any:
+        h = jax.nn.gelu(x @ p["w_in"] + p["b_in"])
+        return jnp.mean((h @ p["w_out"] + p["b_out"] - y) ** 2)
+
+    def step(p: Any, st: Any, x: Any, y: Any) -> Any:
+        value, g = jax.value_and_grad(loss)(p, x, y)
+        upd, st = opt.update(g, st, p)
+        return optax.apply_updates(p, upd), st, value
+    batch = _n(m3, ("dp", "fsdp"))
+    return check(step, params, state, S(16, 32, f32), S(16, 32, f32), in_shardings=(shard, state_shard, batch, batch),
+                 out_shardings=(shard, state_shard, _n(m3)))
